@@ -1,0 +1,118 @@
+"""Model configuration: one frozen dataclass and the paper's presets.
+
+The field names are the paper's vocabulary and are the same keyword arguments that the
+layers take; `layer_kwargs` is the single place that turns a config into layer arguments.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+# Paper Table 3. `small` is sized for Multi30k on a CPU; `tiny` is for tests.
+PRESETS: dict[str, dict[str, Any]] = {
+    "tiny": dict(num_layers=2, d_model=64, d_ff=128, num_heads=4, dropout_rate=0.1),
+    "small": dict(num_layers=3, d_model=256, d_ff=1024, num_heads=4, dropout_rate=0.1),
+    "base": dict(num_layers=6, d_model=512, d_ff=2048, num_heads=8, dropout_rate=0.1),
+    "big": dict(num_layers=6, d_model=1024, d_ff=4096, num_heads=16, dropout_rate=0.3),
+}
+
+POSITIONAL_KINDS = ("sinusoidal", "learned")
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformerConfig:
+    """Hyper-parameters of an encoder-decoder Transformer.
+
+    Defaults are the paper's base model. Every deviation from the paper is a named field:
+    `attention_dropout` and `ffn_dropout` (0 in the paper), `norm_first` (pre-norm; the
+    paper is post-norm), `positional` ("learned" is Table 3 row E).
+
+    Args:
+        vocab_size: size of the shared source/target vocabulary (V).
+        num_layers: N, encoder and decoder layers each.
+        d_model: model width.
+        d_ff: inner width of the position-wise feed-forward network.
+        num_heads: h; `d_model` must be divisible by it (d_k = d_model / h).
+        dropout_rate: residual and embedding dropout (paper section 5.4).
+        attention_dropout: dropout on attention weights.
+        ffn_dropout: dropout after the feed-forward ReLU.
+        label_smoothing: epsilon_ls of section 5.4 (used by the loss, not the layers).
+        max_length: longest sequence the positional table covers.
+        norm_first: pre-norm residual blocks (with a final norm) instead of post-norm.
+        positional: "sinusoidal" (section 3.5) or "learned".
+        layer_norm_epsilon: epsilon of every LayerNormalization.
+    """
+
+    vocab_size: int = 37000
+    num_layers: int = 6
+    d_model: int = 512
+    d_ff: int = 2048
+    num_heads: int = 8
+    dropout_rate: float = 0.1
+    attention_dropout: float = 0.0
+    ffn_dropout: float = 0.0
+    label_smoothing: float = 0.1
+    max_length: int = 256
+    norm_first: bool = False
+    positional: str = "sinusoidal"
+    layer_norm_epsilon: float = 1e-6
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "num_layers", "d_model", "d_ff", "num_heads", "max_length"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value <= 0:
+                raise ValueError(f"TransformerConfig.{name} must be a positive integer, got {value!r}")
+        if self.d_model % self.num_heads:
+            raise ValueError(
+                f"d_model ({self.d_model}) must be divisible by num_heads ({self.num_heads})"
+            )
+        for name in ("dropout_rate", "attention_dropout", "ffn_dropout", "label_smoothing"):
+            value = getattr(self, name)
+            if not 0.0 <= value < 1.0:
+                raise ValueError(f"TransformerConfig.{name} must be in [0, 1), got {value!r}")
+        if self.positional not in POSITIONAL_KINDS:
+            raise ValueError(f"positional must be one of {POSITIONAL_KINDS}, got {self.positional!r}")
+
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> TransformerConfig:
+        """The named preset (tiny, small, base, big) with `overrides` applied."""
+        if name not in PRESETS:
+            raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
+        return cls(**{**PRESETS[name], **overrides})
+
+    def replace(self, **changes: Any) -> TransformerConfig:
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> TransformerConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"unknown TransformerConfig field(s): {', '.join(unknown)}")
+        return cls(**values)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> TransformerConfig:
+        return cls.from_dict(json.loads(text))
+
+    def layer_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments shared by `Encoder` and `Decoder` (the layers never see this class)."""
+        return dict(
+            num_layers=self.num_layers,
+            d_model=self.d_model,
+            d_ff=self.d_ff,
+            num_heads=self.num_heads,
+            dropout_rate=self.dropout_rate,
+            attention_dropout=self.attention_dropout,
+            ffn_dropout=self.ffn_dropout,
+            norm_first=self.norm_first,
+            layer_norm_epsilon=self.layer_norm_epsilon,
+        )

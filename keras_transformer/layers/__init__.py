@@ -1,0 +1,24 @@
+"""One Keras layer per component of the paper's Transformer."""
+
+from keras_transformer.layers.attention import MultiHeadAttention, ScaledDotProductAttention
+from keras_transformer.layers.decoder import Decoder, DecoderLayer
+from keras_transformer.layers.embedding import (
+    LearnedPositionalEmbedding,
+    PositionalEncoding,
+    SharedEmbedding,
+)
+from keras_transformer.layers.encoder import Encoder, EncoderLayer
+from keras_transformer.layers.feed_forward import PositionwiseFeedForward
+
+__all__ = [
+    "Decoder",
+    "DecoderLayer",
+    "Encoder",
+    "EncoderLayer",
+    "LearnedPositionalEmbedding",
+    "MultiHeadAttention",
+    "PositionalEncoding",
+    "PositionwiseFeedForward",
+    "ScaledDotProductAttention",
+    "SharedEmbedding",
+]

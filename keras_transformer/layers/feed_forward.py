@@ -1,0 +1,70 @@
+"""Position-wise feed-forward network (paper section 3.3)."""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class PositionwiseFeedForward(keras.layers.Layer):
+    """FFN(x) = max(0, x W1 + b1) W2 + b2, applied to every position alike.
+
+    Args:
+        d_model: input and output width.
+        d_ff: inner width.
+        ffn_dropout: dropout after the ReLU (paper: 0).
+
+    Call arguments:
+        inputs: (B, T, d_model).
+        training: dropout on or off.
+
+    Returns:
+        (B, T, d_model).
+    """
+
+    def __init__(self, *, d_model: int, d_ff: int, ffn_dropout: float = 0.0, **kwargs):
+        super().__init__(**kwargs)
+        if d_model <= 0 or d_ff <= 0:
+            raise ValueError(f"d_model and d_ff must be positive, got {d_model}, {d_ff}")
+        self.d_model = d_model
+        self.d_ff = d_ff
+        self.ffn_dropout = ffn_dropout
+
+    def build(self, input_shape=None):
+        glorot = keras.initializers.GlorotUniform()
+        self.inner_kernel = self.add_weight(
+            name="inner_kernel", shape=(self.d_model, self.d_ff), initializer=glorot
+        )
+        self.inner_bias = self.add_weight(name="inner_bias", shape=(self.d_ff,), initializer="zeros")
+        self.output_kernel = self.add_weight(
+            name="output_kernel", shape=(self.d_ff, self.d_model), initializer=glorot
+        )
+        self.output_bias = self.add_weight(
+            name="output_bias", shape=(self.d_model,), initializer="zeros"
+        )
+        self.dropout = keras.layers.Dropout(self.ffn_dropout, dtype=self.dtype_policy, name="dropout")
+        self.built = True
+
+    def call(self, inputs, training=None):
+        dtype = inputs.dtype
+        flat = tf.reshape(inputs, [-1, self.d_model])  # (B*T, d_model): plain 2-D matmuls
+        hidden = tf.nn.relu(
+            tf.nn.bias_add(tf.matmul(flat, tf.cast(self.inner_kernel, dtype)), tf.cast(self.inner_bias, dtype))
+        )
+        hidden = self.dropout(hidden, training=training)
+        out = tf.nn.bias_add(
+            tf.matmul(hidden, tf.cast(self.output_kernel, dtype)), tf.cast(self.output_bias, dtype)
+        )
+        return tf.reshape(out, tf.shape(inputs))
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "d_model": self.d_model,
+            "d_ff": self.d_ff,
+            "ffn_dropout": self.ffn_dropout,
+        }

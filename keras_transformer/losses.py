@@ -1,0 +1,96 @@
+"""Label-smoothed cross-entropy over real tokens, and masked token accuracy (section 5.4)."""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+from keras_transformer.layers.masks import PAD_ID
+
+
+def label_smoothed_nll(labels, logits, label_smoothing: float):
+    """Per-token loss (B, T) float32 against q = (1 - eps) one_hot + eps / V; pads give 0.
+
+    Computed from log-softmax without materializing the smoothed distribution:
+    loss = -(1 - eps) log p[y] - eps/V * sum_v log p[v].
+    """
+    logits = tf.cast(logits, tf.float32)
+    labels = tf.cast(labels, tf.int32)
+    log_probs = tf.nn.log_softmax(logits, axis=-1)
+    nll = -tf.gather(log_probs, labels, axis=-1, batch_dims=2)
+    if label_smoothing:
+        vocab = tf.cast(tf.shape(logits)[-1], tf.float32)
+        smooth = -tf.reduce_sum(log_probs, axis=-1) / vocab
+        nll = (1.0 - label_smoothing) * nll + label_smoothing * smooth
+    return tf.where(tf.not_equal(labels, PAD_ID), nll, 0.0)
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class LabelSmoothedCrossEntropy(keras.losses.Loss):
+    """Cross-entropy with label smoothing, averaged over real (non-pad) target tokens.
+
+    `Transformer.train_step` uses `sum_and_count` to divide by the real tokens of the
+    *global* batch, so N replicas and k accumulation steps give the one-device update.
+
+    Args:
+        label_smoothing: epsilon_ls (paper: 0.1).
+
+    Call arguments:
+        y_true: (B, T) int target ids, pad 0.
+        y_pred: (B, T, V) logits.
+
+    Returns:
+        scalar float32: sum of token losses / number of real tokens.
+    """
+
+    def __init__(self, label_smoothing: float = 0.1, name: str = "label_smoothed_cross_entropy", **kwargs):
+        kwargs.pop("reduction", None)
+        super().__init__(name=name, reduction="none", **kwargs)
+        if not 0.0 <= label_smoothing < 1.0:
+            raise ValueError(f"label_smoothing must be in [0, 1), got {label_smoothing}")
+        self.label_smoothing = label_smoothing
+
+    def sum_and_count(self, y_true, y_pred):
+        """(sum of token losses, number of real tokens), both float32 scalars."""
+        losses = label_smoothed_nll(y_true, y_pred, self.label_smoothing)
+        count = tf.reduce_sum(tf.cast(tf.not_equal(y_true, PAD_ID), tf.float32))
+        return tf.reduce_sum(losses), count
+
+    def __call__(self, y_true, y_pred, sample_weight=None):
+        if sample_weight is not None:
+            raise ValueError("LabelSmoothedCrossEntropy masks pads itself; sample_weight is not supported")
+        total, count = self.sum_and_count(y_true, y_pred)
+        return total / tf.maximum(count, 1.0)
+
+    def call(self, y_true, y_pred):
+        return label_smoothed_nll(y_true, y_pred, self.label_smoothing)
+
+    def get_config(self):
+        return {"name": self.name, "label_smoothing": self.label_smoothing}
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class MaskedAccuracy(keras.metrics.Metric):
+    """Token accuracy (argmax of logits == target) over non-pad targets.
+
+    update_state(y_true (B, T) int, y_pred (B, T, V) logits).
+    """
+
+    def __init__(self, name: str = "accuracy", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.correct = self.add_variable(shape=(), initializer="zeros", name="correct")
+        self.total = self.add_variable(shape=(), initializer="zeros", name="total")
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        y_true = tf.cast(y_true, tf.int32)
+        real = tf.cast(tf.not_equal(y_true, PAD_ID), tf.float32)
+        hits = tf.cast(tf.equal(tf.argmax(y_pred, axis=-1, output_type=tf.int32), y_true), tf.float32)
+        self.correct.assign_add(tf.reduce_sum(hits * real))
+        self.total.assign_add(tf.reduce_sum(real))
+
+    def result(self):
+        return tf.math.divide_no_nan(self.correct, self.total)
+
+    def reset_state(self):
+        self.correct.assign(0.0)
+        self.total.assign(0.0)

@@ -1,0 +1,38 @@
+"""keras-transformer: the Transformer of "Attention Is All You Need" in TensorFlow/Keras."""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="keras-transformer",
+    version="0.1.0",
+    description=(
+        "The Transformer (Vaswani et al., 2017) as Keras layers: training with "
+        "MirroredStrategy and mixed precision, beam search, SavedModel export for TF Serving."
+    ),
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10,<3.13",
+    packages=find_packages(include=["keras_transformer", "keras_transformer.*"]),
+    install_requires=[
+        # TensorFlow and TensorFlow Text must share a minor version (ops ABI).
+        "tensorflow>=2.21,<2.22",
+        "tensorflow-text>=2.21,<2.22",
+        "keras>=3.10,<4",
+        "tensorflow-datasets>=4.9,<5",
+        "sacrebleu>=2.4,<3",
+        "sentencepiece>=0.2,<0.3",
+        "numpy>=1.26",
+        "tqdm>=4.60",
+    ],
+    extras_require={
+        "test": ["pytest>=8", "pytest-xdist>=3", "psutil>=5.9", "ruff>=0.6"],
+        "notebooks": ["jupyter", "nbclient>=0.10", "nbformat>=5", "ipykernel", "matplotlib>=3.8"],
+        "serving": ["requests>=2.31", "tensorflow-serving-api>=2.21,<2.22"],
+    },
+    entry_points={
+        "console_scripts": [
+            "kt-translate=keras_transformer.translate:main",
+            "kt-evaluate=keras_transformer.evaluate:main",
+        ]
+    },
+)

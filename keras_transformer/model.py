@@ -170,7 +170,21 @@ class Transformer(keras.Model):
         if not isinstance(accum_steps, int) or accum_steps < 1:
             raise ValueError(f"accum_steps must be a positive integer, got {accum_steps!r}")
         self.accum_steps = accum_steps
+        if not self.built:
+            self.build()  # so that fit() creates the optimizer variables outside the step
         super().compile(*args, **kwargs)
+
+    def get_compile_config(self):
+        config = super().get_compile_config()
+        if config is not None:
+            config = {**config, "accum_steps": self.accum_steps}
+        return config
+
+    def compile_from_config(self, config):
+        config = dict(config)
+        accum_steps = config.pop("accum_steps", 1)
+        super().compile_from_config(config)
+        self.accum_steps = accum_steps
 
     def _token_loss(self):
         if not isinstance(self.loss, LabelSmoothedCrossEntropy):

@@ -1,0 +1,36 @@
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras  # noqa: E402
+import pytest  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHARED_DATA = os.path.join(os.path.dirname(REPO), "shared", "data")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: takes more than a few seconds (still runs in CI)")
+
+
+@pytest.fixture(autouse=True)
+def _reset_policy():
+    """Every test starts and ends under float32 with a fixed seed."""
+    keras.config.set_dtype_policy("float32")
+    keras.utils.set_random_seed(0)
+    yield
+    keras.config.set_dtype_policy("float32")
+
+
+@pytest.fixture(scope="session")
+def multi30k_dir():
+    """The Multi30k files: KT_DATA_DIR if set, else ../shared/data/multi30k."""
+    path = os.environ.get("KT_DATA_DIR") or SHARED_DATA
+    path = path if os.path.basename(path) == "multi30k" else os.path.join(path, "multi30k")
+    if not os.path.exists(os.path.join(path, "train.en.gz")):
+        pytest.fail(f"Multi30k not found in {path}: set KT_DATA_DIR")
+    return path
+
+
+__all__ = ["tf"]

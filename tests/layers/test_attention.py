@@ -1,0 +1,93 @@
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_transformer.layers import MultiHeadAttention, ScaledDotProductAttention, masks
+from tests.layer_test import run_layer_test
+
+RNG = np.random.default_rng(2)
+Q = RNG.normal(size=(2, 3, 4, 6)).astype(np.float32)  # (B, h, T, d_k)
+K = RNG.normal(size=(2, 3, 5, 6)).astype(np.float32)  # (B, h, S, d_k)
+V = RNG.normal(size=(2, 3, 5, 6)).astype(np.float32)
+X = RNG.normal(size=(2, 4, 12)).astype(np.float32)
+MEM = RNG.normal(size=(2, 5, 12)).astype(np.float32)
+SRC = np.array([[3, 4, 5, 0, 0], [6, 7, 8, 9, 10]], np.int32)
+
+
+def test_scaled_dot_product_attention_layer():
+    run_layer_test(
+        ScaledDotProductAttention, {"attention_dropout": 0.0}, (Q, K, V),
+        expected_output_shape=(2, 3, 4, 6), expected_num_trainable_weights=0,
+    )
+
+
+def test_attention_is_the_papers_formula_and_masks_keys():
+    mask = masks.key_padding_mask(tf.constant(SRC))
+    out, weights = ScaledDotProductAttention()(Q, K, V, attention_mask=mask)
+    weights = weights.numpy()
+    np.testing.assert_allclose(weights.sum(-1), 1.0, rtol=1e-6)
+    assert np.all(weights[0, :, :, 3:] == 0.0)  # padded keys get exactly zero weight
+    scores = Q @ K.transpose(0, 1, 3, 2) / np.sqrt(6)
+    scores[0, :, :, 3:] = -np.inf
+    expected = np.exp(scores - scores.max(-1, keepdims=True))
+    expected /= expected.sum(-1, keepdims=True)
+    np.testing.assert_allclose(weights, expected, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(out.numpy(), expected @ V, rtol=1e-5, atol=1e-5)
+
+
+def test_fully_masked_row_is_finite_in_float16():
+    mask = tf.zeros([2, 1, 1, 5], tf.bool)
+    layer = ScaledDotProductAttention(dtype="mixed_float16")
+    out, weights = layer(tf.constant(Q, tf.float16), tf.constant(K, tf.float16), tf.constant(V, tf.float16), attention_mask=mask)
+    assert np.all(np.isfinite(out.numpy().astype(np.float32)))
+    np.testing.assert_allclose(weights.numpy(), 0.2, rtol=1e-3)
+
+
+def test_self_attention_layer():
+    run_layer_test(
+        MultiHeadAttention, {"num_heads": 3, "d_model": 12, "self_attention": True}, (X,),
+        expected_output_shape=(2, 4, 12), expected_num_trainable_weights=4,
+    )
+
+
+def test_cross_attention_layer():
+    run_layer_test(
+        MultiHeadAttention, {"num_heads": 3, "d_model": 12, "self_attention": False}, (X, MEM),
+        expected_output_shape=(2, 4, 12), expected_num_trainable_weights=6,
+    )
+
+
+def test_heads_have_depth_d_model_over_h_and_weights_sum_to_one():
+    layer = MultiHeadAttention(num_heads=3, d_model=12, self_attention=False)
+    mask = masks.key_padding_mask(tf.constant(SRC))
+    _, weights = layer(X, MEM, attention_mask=mask, return_attention_scores=True)
+    assert weights.shape == (2, 3, 4, 5)
+    np.testing.assert_allclose(weights.numpy().sum(-1), 1.0, rtol=1e-6)
+    assert np.all(weights.numpy()[0, :, :, 3:] == 0.0)
+    assert layer.q_kernel.shape == (12, 12) and layer.kv_kernel.shape == (12, 24)
+
+
+def test_cached_self_attention_equals_causal_full_attention():
+    layer = MultiHeadAttention(num_heads=3, d_model=12)
+    full = layer(X, attention_mask=masks.causal_mask(4)).numpy()
+    cache = {"k": tf.zeros([2, 3, 6, 4]), "v": tf.zeros([2, 3, 6, 4])}
+    for t in range(4):
+        out, cache = layer(X[:, t : t + 1], cache=cache, step=t)
+        np.testing.assert_allclose(out.numpy()[:, 0], full[:, t], rtol=1e-5, atol=1e-5)
+
+
+def test_cached_cross_attention_equals_uncached():
+    layer = MultiHeadAttention(num_heads=3, d_model=12, self_attention=False)
+    mask = masks.key_padding_mask(tf.constant(SRC))
+    expected = layer(X, MEM, attention_mask=mask).numpy()
+    out, _ = layer(X, attention_mask=mask, cache=layer.project_memory(MEM))
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-6)
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="multiple of num_heads"):
+        MultiHeadAttention(num_heads=5, d_model=12)
+    with pytest.raises(ValueError, match="takes no `memory`"):
+        MultiHeadAttention(num_heads=3, d_model=12)(X, MEM)
+    with pytest.raises(ValueError, match="needs `memory`"):
+        MultiHeadAttention(num_heads=3, d_model=12, self_attention=False)(X)

@@ -181,10 +181,11 @@ class Transformer(keras.Model):
         return config
 
     def compile_from_config(self, config):
-        config = dict(config)
-        accum_steps = config.pop("accum_steps", 1)
-        super().compile_from_config(config)
-        self.accum_steps = accum_steps
+        from keras.saving import deserialize_keras_object
+
+        self.compile(**deserialize_keras_object(config))  # accum_steps travels in the config
+        if self.built:
+            self.optimizer.build(self.trainable_variables)
 
     def _token_loss(self):
         if not isinstance(self.loss, LabelSmoothedCrossEntropy):

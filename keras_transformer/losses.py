@@ -11,17 +11,18 @@ from keras_transformer.layers.masks import PAD_ID
 def label_smoothed_nll(labels, logits, label_smoothing: float):
     """Per-token loss (B, T) float32 against q = (1 - eps) one_hot + eps / V; pads give 0.
 
-    Computed from log-softmax without materializing the smoothed distribution:
-    loss = -(1 - eps) log p[y] - eps/V * sum_v log p[v].
+    One fused softmax-cross-entropy kernel over the smoothed targets: its gradient is
+    softmax - q, with no scatter (a gather's gradient would be an (N, V) segment sum).
     """
     logits = tf.cast(logits, tf.float32)
     labels = tf.cast(labels, tf.int32)
-    log_probs = tf.nn.log_softmax(logits, axis=-1)
-    nll = -tf.gather(log_probs, labels, axis=-1, batch_dims=2)
+    vocab = tf.shape(logits)[-1]
     if label_smoothing:
-        vocab = tf.cast(tf.shape(logits)[-1], tf.float32)
-        smooth = -tf.reduce_sum(log_probs, axis=-1) / vocab
-        nll = (1.0 - label_smoothing) * nll + label_smoothing * smooth
+        off = label_smoothing / tf.cast(vocab, tf.float32)
+        targets = tf.one_hot(labels, vocab, on_value=1.0 - label_smoothing + off, off_value=off)
+        nll = tf.nn.softmax_cross_entropy_with_logits(labels=targets, logits=logits)
+    else:
+        nll = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
     return tf.where(tf.not_equal(labels, PAD_ID), nll, 0.0)
 
 

@@ -204,7 +204,11 @@ class Transformer(keras.Model):
         k = self.accum_steps
         summed, loss_total = None, 0.0
         for i in range(k):  # static loop: micro-batch i takes rows i, i+k, i+2k, ...
-            src, tgt_in, tgt_out = source_ids[i::k], target_in_ids[i::k], target_out_ids[i::k]
+            src, tgt_in, tgt_out = (
+                (source_ids, target_in_ids, target_out_ids)
+                if k == 1
+                else (source_ids[i::k], target_in_ids[i::k], target_out_ids[i::k])
+            )
             with tf.GradientTape() as tape:
                 logits = self((src, tgt_in), training=True)
                 loss_sum, _ = loss_fn.sum_and_count(tgt_out, logits)

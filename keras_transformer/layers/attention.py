@@ -145,9 +145,12 @@ class MultiHeadAttention(keras.layers.Layer):
         return out
 
     def _split_heads(self, flat, batch, length, parts):
-        """(B*T, parts*d_model) -> (parts, B, h, T, d_k) with one transpose."""
+        """(B*T, parts*d_model) -> `parts` tensors (B, h, T, d_k), with one transpose."""
+        if parts == 1:
+            x = tf.reshape(flat, [batch, length, self.num_heads, self.depth])
+            return [tf.transpose(x, [0, 2, 1, 3])]
         x = tf.reshape(flat, [batch, length, parts, self.num_heads, self.depth])
-        return tf.transpose(x, [2, 0, 3, 1, 4])
+        return tf.unstack(tf.transpose(x, [2, 0, 3, 1, 4]))
 
     def project_memory(self, memory):
         """Cross-attention keys and values, once per source: {"k", "v"} (B, h, S, d_k)."""
@@ -172,8 +175,8 @@ class MultiHeadAttention(keras.layers.Layer):
         shape = tf.shape(query)
         batch, length = shape[0], shape[1]
         if self.self_attention:
-            q, k, v = tf.unstack(
-                self._split_heads(self._dense(query, self.qkv_kernel, self.qkv_bias), batch, length, 3)
+            q, k, v = self._split_heads(
+                self._dense(query, self.qkv_kernel, self.qkv_bias), batch, length, 3
             )
             if cache is not None:
                 if step is None:

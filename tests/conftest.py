@@ -14,11 +14,15 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "slow: takes more than a few seconds (still runs in CI)")
 
 
+# Seeded once: tf.random.set_seed clears TensorFlow's kernel cache, which destroys the
+# SentencePiece resources of tokenizers already built (module-scoped fixtures).
+keras.utils.set_random_seed(0)
+
+
 @pytest.fixture(autouse=True)
 def _reset_policy():
-    """Every test starts and ends under float32 with a fixed seed."""
+    """Every test starts and ends under float32."""
     keras.config.set_dtype_policy("float32")
-    keras.utils.set_random_seed(0)
     yield
     keras.config.set_dtype_policy("float32")
 

@@ -1,0 +1,18 @@
+"""Parallel text sources, the SentencePiece tokenizer and the batching pipeline."""
+
+from keras_transformer.data.pipeline import PipelineError, PipelineStats, bucket_boundaries, make_batches
+from keras_transformer.data.sources import DataError, ParallelText, load_parallel, read_parallel_files
+from keras_transformer.data.tokenizer import SubwordTokenizer, train_sentencepiece
+
+__all__ = [
+    "DataError",
+    "ParallelText",
+    "PipelineError",
+    "PipelineStats",
+    "SubwordTokenizer",
+    "bucket_boundaries",
+    "load_parallel",
+    "make_batches",
+    "read_parallel_files",
+    "train_sentencepiece",
+]

@@ -1,0 +1,63 @@
+import gzip
+import os
+
+import pytest
+
+from keras_transformer.data import DataError, load_parallel, read_parallel_files
+from keras_transformer.data.sources import find_multi30k_file
+
+
+def write(path, lines, raw=False):
+    data = b"".join(lines) if raw else "".join(line + "\n" for line in lines).encode()
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "wb") as handle:
+        handle.write(data)
+    return path
+
+
+def pairs_of(parallel):
+    return [(s.decode(), t.decode()) for s, t in parallel.dataset.as_numpy_iterator()]
+
+
+def test_plain_and_gzip_files(tmp_path):
+    src = write(os.path.join(tmp_path, "a.en"), ["one", "two"])
+    tgt = write(os.path.join(tmp_path, "a.de.gz"), ["eins", "zwei"])
+    assert pairs_of(read_parallel_files(src, tgt)) == [("one", "eins"), ("two", "zwei")]
+
+
+def test_multi30k_from_data_dir(multi30k_dir):
+    parallel = load_parallel("multi30k", "test", "de", "en", data_dir=multi30k_dir)
+    first = next(parallel.dataset.as_numpy_iterator())
+    assert parallel.num_pairs == 1000 and first[0].decode().startswith("Ein Mann")
+
+
+def test_mismatched_counts_name_both_files(tmp_path):
+    src = write(os.path.join(tmp_path, "x.en"), ["a", "b", "c"])
+    tgt = write(os.path.join(tmp_path, "x.de"), ["a", "b"])
+    with pytest.raises(DataError, match=r"x\.en has 3 lines, .*x\.de has 2 lines"):
+        read_parallel_files(src, tgt)
+
+
+def test_missing_file_is_named(tmp_path):
+    with pytest.raises(DataError, match="file not found: .*nope.en"):
+        read_parallel_files(os.path.join(tmp_path, "nope.en"), os.path.join(tmp_path, "nope.de"))
+
+
+def test_invalid_utf8_and_empty_lines_are_skipped_and_reported(tmp_path):
+    src = write(os.path.join(tmp_path, "b.en"), [b"good\n", b"\xff\xfe bad\n", b"\n", b"fine\n"], raw=True)
+    tgt = write(os.path.join(tmp_path, "b.de"), ["gut", "schlecht", "leer", "gut"])
+    parallel = read_parallel_files(src, tgt)
+    assert pairs_of(parallel) == [("good", "gut"), ("fine", "gut")]
+    assert parallel.skipped_invalid_utf8 == 1 and parallel.skipped_empty == 1
+    assert "b.en at line 2" in parallel.report() and "skipped 1 pairs with an empty line" in parallel.report()
+
+
+def test_data_dir_without_multi30k(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", os.path.join(tmp_path, "cache"))
+    with pytest.raises(DataError, match=r"train\.en\(\.gz\) not found in: .*empty"):
+        find_multi30k_file("train", "en", os.path.join(tmp_path, "empty"), download=False)
+
+
+def test_unknown_dataset():
+    with pytest.raises(DataError, match="unknown --dataset 'wmt99'"):
+        load_parallel("wmt99", "train", "en", "de")

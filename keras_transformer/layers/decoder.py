@@ -134,11 +134,16 @@ class Decoder(StackLayer):
     """
 
     def build(self, input_shape=None):
-        self.blocks = []
-        for i in range(self.num_layers):
-            layer = DecoderLayer(**self.block_kwargs(), dtype=self.dtype_policy, name=f"layer_{i}")
+        # each block is also an attribute of its own: TensorFlow's checkpoint tracking
+        # does not see into a list attribute of a Keras 3 layer
+        blocks = [
+            DecoderLayer(**self.block_kwargs(), dtype=self.dtype_policy, name=f"layer_{i}")
+            for i in range(self.num_layers)
+        ]
+        for i, layer in enumerate(blocks):
             layer.build()
-            self.blocks.append(layer)
+            setattr(self, f"layer_{i}", layer)
+        self.blocks = blocks
         self.final_norm = None
         if self.norm_first:
             self.final_norm = keras.layers.LayerNormalization(

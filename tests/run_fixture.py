@@ -1,0 +1,41 @@
+"""A small trained run directory, laid out as train.py writes it, for export and serving tests."""
+
+from __future__ import annotations
+
+import gzip
+import os
+
+import keras
+import tensorflow as tf
+
+import keras_transformer as kt
+from keras_transformer import run_dir
+from keras_transformer.data import SubwordTokenizer, load_parallel, make_batches, train_sentencepiece
+
+
+def make_run(model_dir: str, multi30k_dir: str, steps: int = 30, vocab_size: int = 600) -> str:
+    os.makedirs(model_dir, exist_ok=True)
+    sentences = []
+    for name in ("train.en.gz", "train.de.gz"):
+        with gzip.open(os.path.join(multi30k_dir, name), "rt", encoding="utf-8") as handle:
+            sentences += [line.strip() for _, line in zip(range(3000), handle)]
+    spm_path = os.path.join(model_dir, run_dir.TOKENIZER_FILE)
+    tokenizer = SubwordTokenizer(train_sentencepiece(sentences, vocab_size))
+    tokenizer.save(spm_path)
+    cfg = kt.TransformerConfig.preset("tiny", vocab_size=tokenizer.vocab_size, max_length=64)
+    run_dir.write_json_atomic(
+        os.path.join(model_dir, run_dir.CONFIG_FILE), {"model": cfg.to_dict(), "training": {}, "data": {}}
+    )
+    model = kt.Transformer(cfg)
+    model.compile(optimizer=kt.paper_optimizer(cfg.d_model, 50, scale=2.0), loss=kt.LabelSmoothedCrossEntropy())
+    pairs = load_parallel("multi30k", "validation", "en", "de", data_dir=multi30k_dir)
+    data = make_batches(pairs.dataset, tokenizer, batch_tokens=1024, max_length=64).repeat()
+    model.fit(data, steps_per_epoch=steps, epochs=1, verbose=0)
+    manager = tf.train.CheckpointManager(
+        tf.train.Checkpoint(model=model, optimizer=model.optimizer),
+        os.path.join(model_dir, run_dir.CHECKPOINT_DIR),
+        max_to_keep=5,
+    )
+    manager.save(checkpoint_number=steps)
+    keras.backend.clear_session(free_memory=False)
+    return model_dir

@@ -23,6 +23,7 @@ setup(
         "sentencepiece>=0.2,<0.3",
         "numpy>=1.26",
         "tqdm>=4.60",
+        "tensorboard>=2.21,<2.22",  # Keras TensorBoard callback (not pulled in by TF 2.21)
     ],
     extras_require={
         "test": ["pytest>=8", "pytest-xdist>=3", "psutil>=5.9", "ruff>=0.6"],

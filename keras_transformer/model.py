@@ -213,7 +213,9 @@ class Transformer(keras.Model):
                 logits = self((src, tgt_in), training=True)
                 loss_sum, _ = loss_fn.sum_and_count(tgt_out, logits)
                 scaled = self.optimizer.scale_loss(loss_sum / global_tokens)
-            grads = tape.gradient(scaled, variables)
+            # dense gradients: the embedding's IndexedSlices (one per lookup) cannot be
+            # all-reduced across replicas whose batches differ in shape
+            grads = [tf.convert_to_tensor(g) for g in tape.gradient(scaled, variables)]
             summed = grads if summed is None else [a + b for a, b in zip(summed, grads)]
             loss_total += loss_sum
             self._update_token_metrics(tgt_out, logits)
@@ -226,6 +228,20 @@ class Transformer(keras.Model):
         loss_sum, count = self._token_loss().sum_and_count(target_out_ids, logits)
         self._update_token_metrics(target_out_ids, logits)
         return self._record_loss(loss_sum, count)
+
+    def _maybe_symbolic_build(self, iterator=None, data_batch=None):
+        # Keras takes a sample batch by reducing a distributed batch with MEAN, which fails
+        # when replicas hold different numbers of rows (token-budget batches rarely split
+        # evenly). Take the first replica's rows instead.
+        if iterator is not None and self._distribute_strategy is not None:
+            local = self._distribute_strategy.experimental_local_results
+            for _, _, it in iterator:
+                data_batch = tf.nest.map_structure(
+                    lambda x: local(x)[0] if isinstance(x, tf.distribute.DistributedValues) else x,
+                    next(it),
+                )
+                break
+        return super()._maybe_symbolic_build(data_batch=data_batch)
 
     def _update_token_metrics(self, y_true, logits):
         if getattr(self, "_compile_metrics", None) is not None:

@@ -1,0 +1,1 @@
+"""Training: strategy and precision, callbacks, and the trainer behind train.py."""

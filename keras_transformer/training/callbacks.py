@@ -1,0 +1,201 @@
+"""Callbacks for `model.fit`: checkpoints, metrics.jsonl, NaN guard, BLEU with early stopping."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+
+import keras
+import tensorflow as tf
+
+
+class TrainingError(RuntimeError):
+    """Training cannot go on; the message says why and where the last good checkpoint is."""
+
+
+def _scalars(logs) -> dict:
+    out = {}
+    for key, value in (logs or {}).items():
+        try:
+            out[key] = float(value)
+        except (TypeError, ValueError):
+            continue
+    return out
+
+
+class StepState:
+    """The optimizer step and a tracked epoch counter (restored with the checkpoint)."""
+
+    def __init__(self, model):
+        self.model = model
+        self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
+
+    @property
+    def step(self) -> int:
+        return int(self.model.optimizer.iterations.numpy())
+
+
+class NonFiniteLossGuard(keras.callbacks.Callback):
+    """Stops at the first NaN/Inf loss, before anything is saved, and says so clearly."""
+
+    def __init__(self, manager: tf.train.CheckpointManager | None):
+        super().__init__()
+        self.manager = manager
+        self.failed_step = None
+
+    def on_train_batch_end(self, batch, logs=None):
+        loss = _scalars(logs).get("loss")
+        if loss is not None and not math.isfinite(loss):
+            self.failed_step = int(self.model.optimizer.iterations.numpy())
+            self.model.stop_training = True
+
+    def check(self):
+        if self.failed_step is not None:
+            last = self.manager.latest_checkpoint if self.manager else None
+            raise TrainingError(
+                f"loss became NaN/Inf at step {self.failed_step}; training stopped. "
+                f"Last good checkpoint: {last or 'none'}. Try a lower learning rate "
+                "(--lr-scale), more --warmup-steps, or --precision float32."
+            )
+
+
+class CheckpointEvery(keras.callbacks.Callback):
+    """Saves every `every` steps and at each epoch end, numbered by optimizer step.
+
+    tf.train.CheckpointManager writes the index and data files first and only then updates
+    its state file, so a run killed mid-save restarts from the previous complete checkpoint.
+    """
+
+    def __init__(self, manager, state: StepState, every: int, guard: NonFiniteLossGuard, enabled=True):
+        super().__init__()
+        self.manager, self.state, self.every, self.guard = manager, state, every, guard
+        self.enabled = enabled
+
+    def _save(self):
+        if self.guard.failed_step is not None or not self.enabled:
+            return
+        step = self.state.step
+        if self.manager.latest_checkpoint and self.manager.latest_checkpoint.endswith(f"-{step}"):
+            return
+        self.manager.save(checkpoint_number=step)
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.every and self.state.step % self.every == 0:
+            self._save()
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.state.epoch.assign(epoch + 1)
+        self._save()
+
+
+class StopAtStep(keras.callbacks.Callback):
+    """Ends training when the optimizer reaches `train_steps` (exact across resumes)."""
+
+    def __init__(self, state: StepState, train_steps: int):
+        super().__init__()
+        self.state, self.train_steps = state, train_steps
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.state.step >= self.train_steps:
+            self.model.stop_training = True
+
+
+class MetricsLogger(keras.callbacks.Callback):
+    """Appends one JSON object per event to metrics.jsonl (step, epoch, loss, lr, val_*)."""
+
+    def __init__(self, path: str, state: StepState, every: int = 100, enabled: bool = True):
+        super().__init__()
+        self.path, self.state, self.every, self.enabled = path, state, every, enabled
+        self.start = time.time()
+        self.epoch = 0
+
+    def write(self, event: str, logs: dict) -> None:
+        if not self.enabled:
+            return
+        record = {"event": event, "step": self.state.step, "epoch": self.epoch,
+                  "time_s": round(time.time() - self.start, 1), **_scalars(logs)}
+        lr = self.model.optimizer.learning_rate
+        record["learning_rate"] = float(lr.numpy() if hasattr(lr, "numpy") else lr)
+        with open(self.path, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(record) + "\n")
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.every and self.state.step % self.every == 0:
+            self.write("train", logs)
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.write("epoch", logs)
+
+
+class BleuEvaluation(keras.callbacks.Callback):
+    """sacreBLEU on the validation set every `every` steps (and at each epoch end).
+
+    Keeps the best checkpoint in `best_manager`, logs `val_bleu` (TensorBoard and
+    metrics.jsonl) and stops training after `patience` evaluations without improvement
+    (0: never stops early).
+    """
+
+    def __init__(self, translate_fn, sources, references, *, every, best_manager, state,
+                 metrics: MetricsLogger, log_dir: str | None, patience: int = 0, batch_size: int = 64):
+        super().__init__()
+        self.translate_fn, self.sources, self.references = translate_fn, sources, references
+        self.every, self.best_manager, self.state = every, best_manager, state
+        self.metrics, self.patience, self.batch_size = metrics, patience, batch_size
+        self.writer = tf.summary.create_file_writer(os.path.join(log_dir, "validation")) if log_dir else None
+        self.best, self.bad_evals, self.last_step = -1.0, 0, -1
+
+    def evaluate(self) -> dict:
+        from keras_transformer.evaluation import score
+
+        hypotheses = []
+        for i in range(0, len(self.sources), self.batch_size):
+            out = self.translate_fn(tf.constant(self.sources[i : i + self.batch_size]))
+            hypotheses += [t.decode("utf-8") for t in out["outputs"].numpy()]
+        return score(hypotheses, self.references)
+
+    def _run(self, logs):
+        step = self.state.step
+        if step == self.last_step:
+            return
+        self.last_step = step
+        result = self.evaluate()
+        bleu = result["bleu"]
+        if logs is not None:
+            logs["val_bleu"] = bleu
+        if self.writer:
+            with self.writer.as_default():
+                tf.summary.scalar("bleu", bleu, step=step)
+        self.metrics.write("bleu", {"val_bleu": bleu, "val_chrf": result["chrf"]})
+        print(f"\nstep {step}: val BLEU {bleu:.2f} ({result['bleu_signature']})", flush=True)
+        if bleu > self.best:
+            self.best, self.bad_evals = bleu, 0
+            if self.best_manager is not None:
+                self.best_manager.save(checkpoint_number=step)
+        else:
+            self.bad_evals += 1
+            if self.patience and self.bad_evals >= self.patience:
+                print(f"early stopping: no BLEU gain in {self.patience} evaluations", flush=True)
+                self.model.stop_training = True
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.every and self.state.step % self.every == 0:
+            self._run(logs)
+
+    def on_epoch_end(self, epoch, logs=None):
+        self._run(logs)
+
+
+__all__ = [
+    "BleuEvaluation",
+    "CheckpointEvery",
+    "MetricsLogger",
+    "NonFiniteLossGuard",
+    "StepState",
+    "StopAtStep",
+    "TrainingError",
+]

@@ -250,7 +250,12 @@ class Transformer(keras.Model):
     def _record_loss(self, loss_sum, tokens):
         # per-token mean, weighted by tokens so replicas aggregate to the global mean
         self._loss_tracker.update_state(loss_sum / tf.maximum(tokens, 1.0), sample_weight=tokens)
-        return self.get_metrics_result()
+        results = self.get_metrics_result()
+        if isinstance(self.distribute_strategy, tf.distribute.MultiWorkerMirroredStrategy):
+            # Keras reduces step outputs of multi-worker runs with reduce(MEAN, axis=0),
+            # which needs a leading axis: give each scalar one, the reduction removes it
+            results = tf.nest.map_structure(lambda v: tf.reshape(v, [1]), results)
+        return results
 
     def get_config(self):
         return {**super().get_config(), "config": self.config.to_dict()}

@@ -130,7 +130,8 @@ def find_multi30k_file(split: str, lang: str, data_dir: str | None = None, downl
 
     Looked up in `data_dir` (or $KT_DATA_DIR), directly or in its `multi30k/` folder, as
     `<name>.<lang>.gz` or `<name>.<lang>`; else in the cache, downloading it from the
-    dataset's public repository (multi30k/dataset, data/task1/raw) when `download`.
+    dataset's public repository (multi30k/dataset, data/task1/raw) when `download`
+    (and $KT_OFFLINE is unset).
     """
     if split not in MULTI30K_SPLITS:
         raise DataError(f"unknown Multi30k split {split!r}; choose from {sorted(MULTI30K_SPLITS)}")
@@ -144,7 +145,7 @@ def find_multi30k_file(split: str, lang: str, data_dir: str | None = None, downl
             if os.path.isfile(path):
                 return path
     looked = ", ".join(folders)
-    if not download:
+    if not download or os.environ.get("KT_OFFLINE"):
         raise DataError(f"Multi30k file {name}(.gz) not found in: {looked}")
     url = f"{MULTI30K_URL}/{name}.gz"
     target = os.path.join(cache, f"{name}.gz")

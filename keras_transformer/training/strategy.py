@@ -38,15 +38,9 @@ def make_strategy(name: str) -> tf.distribute.Strategy:
     """default | one_device | mirrored (all GPUs, else all logical CPUs) | multi_worker | tpu."""
     if name not in STRATEGIES:
         raise StrategyError(f"unknown --strategy {name!r}; choose from {', '.join(STRATEGIES)}")
-    gpus = tf.config.list_logical_devices("GPU")
     if name == "default":
         return tf.distribute.get_strategy()
-    if name == "one_device":
-        return tf.distribute.OneDeviceStrategy(gpus[0].name if gpus else "/cpu:0")
-    if name == "mirrored":
-        devices = [d.name for d in (gpus or tf.config.list_logical_devices("CPU"))]
-        return tf.distribute.MirroredStrategy(devices=devices)
-    if name == "multi_worker":
+    if name == "multi_worker":  # before anything that starts the runtime (collectives)
         if "TF_CONFIG" not in os.environ:
             raise StrategyError("--strategy multi_worker needs the TF_CONFIG environment variable")
         try:
@@ -54,6 +48,12 @@ def make_strategy(name: str) -> tf.distribute.Strategy:
         except json.JSONDecodeError as err:
             raise StrategyError(f"TF_CONFIG is not valid JSON: {err}") from None
         return tf.distribute.MultiWorkerMirroredStrategy()
+    gpus = tf.config.list_logical_devices("GPU")
+    if name == "one_device":
+        return tf.distribute.OneDeviceStrategy(gpus[0].name if gpus else "/cpu:0")
+    if name == "mirrored":
+        devices = [d.name for d in (gpus or tf.config.list_logical_devices("CPU"))]
+        return tf.distribute.MirroredStrategy(devices=devices)
     resolver = tf.distribute.cluster_resolver.TPUClusterResolver()
     tf.config.experimental_connect_to_cluster(resolver)
     tf.tpu.experimental.initialize_tpu_system(resolver)

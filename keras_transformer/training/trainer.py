@@ -126,9 +126,9 @@ def get_tokenizer(args: TrainArgs, train, chief: bool) -> SubwordTokenizer:
 def run(args: TrainArgs) -> dict:
     """Train (or resume) the run in `args.model_dir`; returns the last logs."""
     validate(args)
-    keras.utils.set_random_seed(args.seed)  # before any tokenizer: set_seed clears TF's kernel cache
     set_precision(args.precision)
-    strategy = make_strategy(args.strategy)
+    strategy = make_strategy(args.strategy)  # first: collective ops must be set up at startup
+    keras.utils.set_random_seed(args.seed)  # before any tokenizer: set_seed clears TF's kernel cache
     chief = is_chief(strategy)
     model_dir = args.model_dir if chief else os.path.join(args.model_dir, f"worker_{strategy.cluster_resolver.task_id}")
     args = dataclasses.replace(args, model_dir=model_dir)

@@ -40,6 +40,16 @@ def _write(sequences, position, values):
     return tf.where(slot, values[..., tf.newaxis], sequences)
 
 
+def _keep_shapes(new, old):
+    """Give loop outputs the static shapes of the loop inputs (tf.while_loop needs them equal)."""
+
+    def keep(n, o):
+        n.set_shape(o.shape)
+        return n
+
+    return tf.nest.map_structure(keep, new, old)
+
+
 def _map_cache(fn, cache):
     """Apply fn to every tensor of the cache except those under a top-level "static" key."""
     if isinstance(cache, dict) and "static" in cache:
@@ -66,6 +76,7 @@ def greedy_search(step_fn, initial_ids, initial_cache, max_lengths, eos_id: int)
     sequences = _write(tf.zeros([batch, length + 1], tf.int32), 0, initial_ids)
 
     def body(step, sequences, scores, finished, cache):
+        inputs = (sequences, scores, finished, cache)
         logits, cache = step_fn(sequences[:, step], step, cache)
         log_probs = _log_probs(logits, step, max_lengths, eos_id, 1)
         token = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
@@ -73,7 +84,8 @@ def greedy_search(step_fn, initial_ids, initial_cache, max_lengths, eos_id: int)
         token = tf.where(finished, 0, token)
         scores += tf.where(finished, 0.0, token_lp)
         sequences = _write(sequences, step + 1, token)
-        return step + 1, sequences, scores, tf.logical_or(finished, tf.equal(token, eos_id)), cache
+        finished = tf.logical_or(finished, tf.equal(token, eos_id))
+        return (step + 1, *_keep_shapes((sequences, scores, finished, cache), inputs))
 
     def cond(step, sequences, scores, finished, cache):
         return tf.logical_and(step < length, tf.logical_not(tf.reduce_all(finished)))
@@ -134,6 +146,7 @@ def beam_search(
     max_penalty = length_penalty(max_lengths, alpha)  # (B,)
 
     def body(step, alive_seq, alive_lp, finished_seq, finished_scores, cache):
+        inputs = (alive_seq, alive_lp, finished_seq, finished_scores, cache)
         logits, cache = step_fn(tf.reshape(alive_seq[:, :, step], [-1]), step, cache)
         log_probs = _log_probs(logits, step, max_lengths, eos_id, k)
         vocab = tf.shape(log_probs)[-1]
@@ -161,7 +174,8 @@ def beam_search(
         beam_origin = tf.gather(origin, keep, batch_dims=1)
         flat_index = tf.reshape(beam_origin + k * tf.range(batch)[:, tf.newaxis], [-1])
         cache = _map_cache(lambda t: tf.gather(t, flat_index), cache)
-        return step + 1, alive_seq, alive_lp, finished_seq, finished_scores, cache
+        outputs = (alive_seq, alive_lp, finished_seq, finished_scores, cache)
+        return (step + 1, *_keep_shapes(outputs, inputs))
 
     def cond(step, alive_seq, alive_lp, finished_seq, finished_scores, cache):
         # upper bound of any alive hypothesis's final score: log-probs only fall, and the

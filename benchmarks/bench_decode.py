@@ -26,7 +26,9 @@ BATCH, SRC_LEN, STEPS, BEAM, VOCAB = 64, 20, 30, 4, 8000
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--uncached-repeats", type=int, default=2)
     args = parser.parse_args(argv)
@@ -63,18 +65,32 @@ def main(argv=None) -> None:
     def cached(src):
         memory = model.encode(src)
         cache = model.init_cache(memory, src, STEPS)
-        ids, scores = beam_search(exactly(model.decode_step), tf.fill([tf.shape(src)[0]], 2), cache,
-                                  tf.fill([tf.shape(src)[0]], STEPS), eos, beam_size=BEAM, alpha=0.6)
+        ids, scores = beam_search(
+            exactly(model.decode_step),
+            tf.fill([tf.shape(src)[0]], 2),
+            cache,
+            tf.fill([tf.shape(src)[0]], STEPS),
+            eos,
+            beam_size=BEAM,
+            alpha=0.6,
+        )
         return ids, scores
 
     def uncached(src):
         def step_fn(ids, step, cache):
-            prefix = tf.where(tf.range(STEPS + 1) == step, ids[:, tf.newaxis], cache["decoder"]["prefix"])
+            prefix = tf.where(
+                tf.range(STEPS + 1) == step, ids[:, tf.newaxis], cache["decoder"]["prefix"]
+            )
             logits = model((cache["static"]["src"], prefix[:, : step + 1]), training=False)[:, -1]
             return logits, {"decoder": {"prefix": prefix}, "static": cache["static"]}
 
-        cache = {"decoder": {"prefix": tf.zeros([BATCH, STEPS + 1], tf.int32)}, "static": {"src": src}}
-        return beam_search(exactly(step_fn), bos, cache, max_lengths, eos, beam_size=BEAM, alpha=0.6)
+        cache = {
+            "decoder": {"prefix": tf.zeros([BATCH, STEPS + 1], tf.int32)},
+            "static": {"src": src},
+        }
+        return beam_search(
+            exactly(step_fn), bos, cache, max_lengths, eos, beam_size=BEAM, alpha=0.6
+        )
 
     spec = tf.TensorSpec([None, SRC_LEN], tf.int32)
     cached_fn = tf.function(cached, input_signature=[spec])
@@ -100,7 +116,9 @@ def main(argv=None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         archive = keras.export.ExportArchive()
         archive.track(model)
-        archive.add_endpoint("decode", lambda src: dict(zip(("ids", "scores"), cached(src))), input_signature=[spec])
+        archive.add_endpoint(
+            "decode", lambda src: dict(zip(("ids", "scores"), cached(src))), input_signature=[spec]
+        )
         archive.write_out(tmp, verbose=False)
         loaded = tf.saved_model.load(tmp)
         results["cached_savedmodel"] = timed(lambda s: loaded.decode(s), args.repeats)
@@ -110,9 +128,17 @@ def main(argv=None) -> None:
     report = {
         "workload": "W3",
         "machine": f"{os.cpu_count()} CPU cores",
-        "batch": BATCH, "source_tokens": SRC_LEN, "steps": STEPS, "beam": BEAM,
-        **{f"{name}_sentences_per_s": round(BATCH / seconds, 1) for name, seconds in results.items()},
-        "speedup_savedmodel_vs_uncached": round(results["uncached"] / results["cached_savedmodel"], 2),
+        "batch": BATCH,
+        "source_tokens": SRC_LEN,
+        "steps": STEPS,
+        "beam": BEAM,
+        **{
+            f"{name}_sentences_per_s": round(BATCH / seconds, 1)
+            for name, seconds in results.items()
+        },
+        "speedup_savedmodel_vs_uncached": round(
+            results["uncached"] / results["cached_savedmodel"], 2
+        ),
         "speedup_python_vs_uncached": round(results["uncached"] / results["cached_python"], 2),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
     }

@@ -66,7 +66,9 @@ def build_baseline(cfg):
     def ffn(x):
         y = keras.layers.Dense(f, activation="relu")(x)
         y = keras.layers.Dense(d)(y)
-        return keras.layers.LayerNormalization()(keras.layers.Add()([x, keras.layers.Dropout(rate)(y)]))
+        return keras.layers.LayerNormalization()(
+            keras.layers.Add()([x, keras.layers.Dropout(rate)(y)])
+        )
 
     def attend(x, context, causal):
         y = keras.layers.MultiHeadAttention(num_heads=h, key_dim=d // h, dropout=0.0)(
@@ -135,9 +137,13 @@ def run_one(workload: str, impl: str, steps: int, warmup: int) -> dict:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--workloads", nargs="+", default=["W1", "W2"], choices=sorted(WORKLOADS))
-    parser.add_argument("--impls", nargs="+", default=["baseline", "ours"], choices=["baseline", "ours"])
+    parser.add_argument(
+        "--impls", nargs="+", default=["baseline", "ours"], choices=["baseline", "ours"]
+    )
     parser.add_argument("--steps", type=int, default=20, help="timed steps (median reported)")
     parser.add_argument("--warmup", type=int, default=3, help="untimed first steps")
     parser.add_argument("--child", nargs=2, metavar=("WORKLOAD", "IMPL"), help=argparse.SUPPRESS)
@@ -149,8 +155,17 @@ def main(argv=None) -> None:
     for workload in args.workloads:
         row = {}
         for impl in args.impls:
-            cmd = [sys.executable, __file__, "--child", workload, impl,
-                   "--steps", str(args.steps), "--warmup", str(args.warmup)]
+            cmd = [
+                sys.executable,
+                __file__,
+                "--child",
+                workload,
+                impl,
+                "--steps",
+                str(args.steps),
+                "--warmup",
+                str(args.warmup),
+            ]
             out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
             row[impl] = json.loads(out.strip().splitlines()[-1])
             results.append(row[impl])

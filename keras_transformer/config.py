@@ -63,7 +63,9 @@ class TransformerConfig:
         for name in ("vocab_size", "num_layers", "d_model", "d_ff", "num_heads", "max_length"):
             value = getattr(self, name)
             if not isinstance(value, int) or value <= 0:
-                raise ValueError(f"TransformerConfig.{name} must be a positive integer, got {value!r}")
+                raise ValueError(
+                    f"TransformerConfig.{name} must be a positive integer, got {value!r}"
+                )
         if self.d_model % self.num_heads:
             raise ValueError(
                 f"d_model ({self.d_model}) must be divisible by num_heads ({self.num_heads})"
@@ -73,7 +75,9 @@ class TransformerConfig:
             if not 0.0 <= value < 1.0:
                 raise ValueError(f"TransformerConfig.{name} must be in [0, 1), got {value!r}")
         if self.positional not in POSITIONAL_KINDS:
-            raise ValueError(f"positional must be one of {POSITIONAL_KINDS}, got {self.positional!r}")
+            raise ValueError(
+                f"positional must be one of {POSITIONAL_KINDS}, got {self.positional!r}"
+            )
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> TransformerConfig:

@@ -150,7 +150,9 @@ def beam_search(
         logits, cache = step_fn(tf.reshape(alive_seq[:, :, step], [-1]), step, cache)
         log_probs = _log_probs(logits, step, max_lengths, eos_id, k)
         vocab = tf.shape(log_probs)[-1]
-        candidates = tf.reshape(alive_lp[:, :, tf.newaxis] + tf.reshape(log_probs, [batch, k, vocab]), [batch, -1])
+        candidates = tf.reshape(
+            alive_lp[:, :, tf.newaxis] + tf.reshape(log_probs, [batch, k, vocab]), [batch, -1]
+        )
         top_lp, top_index = tf.math.top_k(candidates, k=2 * k)  # (B, 2K)
         origin = top_index // vocab
         token = top_index % vocab

@@ -1,6 +1,6 @@
 """Score an exported model on a test set with sacreBLEU; prints JSON.
 
-    python -m keras_transformer.evaluate --model EXPORT/transformer/1 --src F --ref F
+python -m keras_transformer.evaluate --model EXPORT/transformer/1 --src F --ref F
 """
 
 from __future__ import annotations
@@ -22,7 +22,9 @@ def read_lines(path: str) -> list[str]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--model", required=True, help="an export version directory")
     parser.add_argument("--src", required=True, help="source sentences (plain or .gz)")
     parser.add_argument("--ref", required=True, help="reference translations (plain or .gz)")
@@ -36,13 +38,17 @@ def main(argv=None) -> int:
     try:
         sources, references = read_lines(args.src), read_lines(args.ref)
         if len(sources) != len(references):
-            raise ValueError(f"{args.src} has {len(sources)} lines, {args.ref} has {len(references)} lines")
+            raise ValueError(
+                f"{args.src} has {len(sources)} lines, {args.ref} has {len(references)} lines"
+            )
         signature = load_signature(args.model)
     except (OSError, ValueError) as err:
         print(f"evaluate: error: {err}", file=sys.stderr)
         return 2
     start = time.perf_counter()
-    hypotheses = [text for text, _ in translate_lines(signature, sources, args.batch_size, len(sources))]
+    hypotheses = [
+        text for text, _ in translate_lines(signature, sources, args.batch_size, len(sources))
+    ]
     seconds = time.perf_counter() - start
     if args.output:
         with open(args.output, "w", encoding="utf-8") as handle:

@@ -44,7 +44,9 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
         scalar float32: sum of token losses / number of real tokens.
     """
 
-    def __init__(self, label_smoothing: float = 0.1, name: str = "label_smoothed_cross_entropy", **kwargs):
+    def __init__(
+        self, label_smoothing: float = 0.1, name: str = "label_smoothed_cross_entropy", **kwargs
+    ):
         kwargs.pop("reduction", None)
         super().__init__(name=name, reduction="none", **kwargs)
         if not 0.0 <= label_smoothing < 1.0:
@@ -59,7 +61,9 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
 
     def __call__(self, y_true, y_pred, sample_weight=None):
         if sample_weight is not None:
-            raise ValueError("LabelSmoothedCrossEntropy masks pads itself; sample_weight is not supported")
+            raise ValueError(
+                "LabelSmoothedCrossEntropy masks pads itself; sample_weight is not supported"
+            )
         total, count = self.sum_and_count(y_true, y_pred)
         return total / tf.maximum(count, 1.0)
 
@@ -85,7 +89,9 @@ class MaskedAccuracy(keras.metrics.Metric):
     def update_state(self, y_true, y_pred, sample_weight=None):
         y_true = tf.cast(y_true, tf.int32)
         real = tf.cast(tf.not_equal(y_true, PAD_ID), tf.float32)
-        hits = tf.cast(tf.equal(tf.argmax(y_pred, axis=-1, output_type=tf.int32), y_true), tf.float32)
+        hits = tf.cast(
+            tf.equal(tf.argmax(y_pred, axis=-1, output_type=tf.int32), y_true), tf.float32
+        )
         self.correct.assign_add(tf.reduce_sum(hits * real))
         self.total.assign_add(tf.reduce_sum(real))
 

@@ -12,8 +12,8 @@ from keras_transformer.layers import (
     LearnedPositionalEmbedding,
     PositionalEncoding,
     SharedEmbedding,
+    masks,
 )
-from keras_transformer.layers import masks
 from keras_transformer.losses import LabelSmoothedCrossEntropy
 
 
@@ -52,12 +52,17 @@ class Transformer(keras.Model):
         self.config = config
         self.accum_steps = 1
         self.embedding = SharedEmbedding(
-            vocab_size=config.vocab_size, d_model=config.d_model, dtype=self.dtype_policy, name="embedding"
+            vocab_size=config.vocab_size,
+            d_model=config.d_model,
+            dtype=self.dtype_policy,
+            name="embedding",
         )
         if config.positional == "learned":
             self.positional = LearnedPositionalEmbedding(
-                max_length=config.max_length, d_model=config.d_model,
-                dtype=self.dtype_policy, name="positional",
+                max_length=config.max_length,
+                d_model=config.d_model,
+                dtype=self.dtype_policy,
+                name="positional",
             )
         else:
             self.positional = PositionalEncoding(

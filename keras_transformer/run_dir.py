@@ -1,11 +1,11 @@
 """The layout of a training run's `--model-dir`, shared by training, export and evaluation.
 
-    config.json      the resolved configuration: {"model": ..., "training": ..., "data": ...}
-    spm.model        the SentencePiece model
-    checkpoints/     tf.train.Checkpoint files (model, optimizer, loss scale), newest last
-    best/            the checkpoint with the best validation BLEU
-    logs/            TensorBoard event files
-    metrics.jsonl    one JSON object per logged event
+config.json      the resolved configuration: {"model": ..., "training": ..., "data": ...}
+spm.model        the SentencePiece model
+checkpoints/     tf.train.Checkpoint files (model, optimizer, loss scale), newest last
+best/            the checkpoint with the best validation BLEU
+logs/            TensorBoard event files
+metrics.jsonl    one JSON object per logged event
 """
 
 from __future__ import annotations

@@ -74,7 +74,9 @@ def models_config(model_name: str, base_path: str) -> str:
 
 
 def next_version(model_root: str) -> int:
-    versions = [int(d) for d in os.listdir(model_root) if d.isdigit()] if os.path.isdir(model_root) else []
+    versions = (
+        [int(d) for d in os.listdir(model_root) if d.isdigit()] if os.path.isdir(model_root) else []
+    )
     return max(versions, default=0) + 1
 
 
@@ -105,7 +107,9 @@ def export_translator(
     archive = keras.export.ExportArchive()
     archive.track(translator.model)
     archive._tf_trackable.tokenizer = translator.tokenizer  # SentencePiece resource + asset
-    archive.add_endpoint("serving_default", translator.__call__.python_function, input_signature=[STRINGS])
+    archive.add_endpoint(
+        "serving_default", translator.__call__.python_function, input_signature=[STRINGS]
+    )
     archive.add_endpoint(
         "translate_nbest", translator.translate_nbest.python_function, input_signature=[STRINGS]
     )

@@ -1,6 +1,6 @@
 """Translate a file or stdin through an exported SavedModel, in batches.
 
-    python -m keras_transformer.translate --model EXPORT/transformer/1 < in.txt > out.txt
+python -m keras_transformer.translate --model EXPORT/transformer/1 < in.txt > out.txt
 """
 
 from __future__ import annotations
@@ -33,7 +33,9 @@ def load_signature(model_path: str):
     return tf.saved_model.load(model_path).signatures["serving_default"]
 
 
-def translate_lines(signature, lines: Iterable[str], batch_size: int = 64, total: int | None = None):
+def translate_lines(
+    signature, lines: Iterable[str], batch_size: int = 64, total: int | None = None
+):
     """Yield (translation, score) for each line, batch by batch, with a progress bar."""
     import tensorflow as tf
     from tqdm import tqdm
@@ -47,7 +49,9 @@ def translate_lines(signature, lines: Iterable[str], batch_size: int = 64, total
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--model", required=True, help="an export version directory")
     parser.add_argument("--input", default="-", help="file to translate (default: stdin)")
     parser.add_argument("--output", default="-", help="where to write (default: stdout)")
@@ -58,7 +62,9 @@ def main(argv=None) -> int:
     except (FileNotFoundError, OSError) as err:
         print(f"translate: error: {err}", file=sys.stderr)
         return 2
-    source = sys.stdin if args.input == "-" else open(args.input, encoding="utf-8", errors="replace")
+    source = (
+        sys.stdin if args.input == "-" else open(args.input, encoding="utf-8", errors="replace")
+    )
     sink = sys.stdout if args.output == "-" else open(args.output, "w", encoding="utf-8")
     with source, sink:
         for text, _ in translate_lines(signature, source, args.batch_size):

@@ -41,7 +41,9 @@ class Translator(tf.Module):
     ):
         super().__init__(name=name)
         if beam_size < 1 or max_extra_length < 1:
-            raise ValueError(f"beam_size and max_extra_length must be >= 1, got {beam_size}, {max_extra_length}")
+            raise ValueError(
+                f"beam_size and max_extra_length must be >= 1, got {beam_size}, {max_extra_length}"
+            )
         self.model = model
         self.tokenizer = tokenizer
         self.beam_size = beam_size
@@ -73,7 +75,13 @@ class Translator(tf.Module):
         cache = self.model.init_cache(memory, source, tf.maximum(tf.reduce_max(max_lengths), 1))
         bos = tf.fill([tf.shape(source)[0]], BOS_ID)
         ids, scores = decoding.beam_search(
-            self.model.decode_step, bos, cache, max_lengths, EOS_ID, beam_size=beam_size, alpha=self.alpha
+            self.model.decode_step,
+            bos,
+            cache,
+            max_lengths,
+            EOS_ID,
+            beam_size=beam_size,
+            alpha=self.alpha,
         )
         return ids, scores, empty
 
@@ -81,7 +89,12 @@ class Translator(tf.Module):
         """(B, K, L) ids -> (B, K) strings; "" where the input was empty."""
         shape = tf.shape(ids)
         flat = tf.reshape(ids, [-1, shape[2]])
-        lengths = tf.reduce_sum(tf.cast(tf.math.cumsum(tf.cast(tf.equal(flat, EOS_ID), tf.int32), axis=1) == 0, tf.int32), 1)
+        lengths = tf.reduce_sum(
+            tf.cast(
+                tf.math.cumsum(tf.cast(tf.equal(flat, EOS_ID), tf.int32), axis=1) == 0, tf.int32
+            ),
+            1,
+        )
         text = self.tokenizer.detokenize(tf.RaggedTensor.from_tensor(flat, lengths=lengths))
         text = tf.reshape(text, shape[:2])
         return tf.where(empty[:, tf.newaxis], tf.constant(""), text)

@@ -52,7 +52,10 @@ def run_layer_test(
     np.testing.assert_allclose(_first(clone(*args, **call_kwargs)), output, atol=1e-6)
 
     # symbolic call and one fit step in a functional model
-    inputs = [keras.Input(shape=np.shape(a)[1:], dtype=tf.as_dtype(np.asarray(a).dtype).name) for a in args]
+    inputs = [
+        keras.Input(shape=np.shape(a)[1:], dtype=tf.as_dtype(np.asarray(a).dtype).name)
+        for a in args
+    ]
     symbolic = _first(layer_cls(**init_kwargs)(*inputs, **call_kwargs))
     assert tuple(symbolic.shape[1:]) == tuple(expected_output_shape[1:])
     model = keras.Model(inputs, symbolic)

@@ -10,7 +10,12 @@ import tensorflow as tf
 
 import keras_transformer as kt
 from keras_transformer import run_dir
-from keras_transformer.data import SubwordTokenizer, load_parallel, make_batches, train_sentencepiece
+from keras_transformer.data import (
+    SubwordTokenizer,
+    load_parallel,
+    make_batches,
+    train_sentencepiece,
+)
 
 
 def make_run(model_dir: str, multi30k_dir: str, steps: int = 30, vocab_size: int = 600) -> str:
@@ -24,10 +29,14 @@ def make_run(model_dir: str, multi30k_dir: str, steps: int = 30, vocab_size: int
     tokenizer.save(spm_path)
     cfg = kt.TransformerConfig.preset("tiny", vocab_size=tokenizer.vocab_size, max_length=64)
     run_dir.write_json_atomic(
-        os.path.join(model_dir, run_dir.CONFIG_FILE), {"model": cfg.to_dict(), "training": {}, "data": {}}
+        os.path.join(model_dir, run_dir.CONFIG_FILE),
+        {"model": cfg.to_dict(), "training": {}, "data": {}},
     )
     model = kt.Transformer(cfg)
-    model.compile(optimizer=kt.paper_optimizer(cfg.d_model, 50, scale=2.0), loss=kt.LabelSmoothedCrossEntropy())
+    model.compile(
+        optimizer=kt.paper_optimizer(cfg.d_model, 50, scale=2.0),
+        loss=kt.LabelSmoothedCrossEntropy(),
+    )
     pairs = load_parallel("multi30k", "validation", "en", "de", data_dir=multi30k_dir)
     data = make_batches(pairs.dataset, tokenizer, batch_tokens=1024, max_length=64).repeat()
     model.fit(data, steps_per_epoch=steps, epochs=1, verbose=0)

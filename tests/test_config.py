@@ -6,8 +6,20 @@ from keras_transformer import TransformerConfig
 def test_presets_follow_table_3():
     base = TransformerConfig.preset("base")
     big = TransformerConfig.preset("big")
-    assert (base.num_layers, base.d_model, base.d_ff, base.num_heads, base.dropout_rate) == (6, 512, 2048, 8, 0.1)
-    assert (big.num_layers, big.d_model, big.d_ff, big.num_heads, big.dropout_rate) == (6, 1024, 4096, 16, 0.3)
+    assert (base.num_layers, base.d_model, base.d_ff, base.num_heads, base.dropout_rate) == (
+        6,
+        512,
+        2048,
+        8,
+        0.1,
+    )
+    assert (big.num_layers, big.d_model, big.d_ff, big.num_heads, big.dropout_rate) == (
+        6,
+        1024,
+        4096,
+        16,
+        0.3,
+    )
     assert base.label_smoothing == 0.1 and not base.norm_first and base.positional == "sinusoidal"
 
 

@@ -84,7 +84,13 @@ def test_exhaustive_beam_equals_brute_force(alpha):
     table = rng.normal(scale=2.0, size=(V, V, V)).astype(np.float32)
     cache = {"decoder": {"prev": tf.constant([BOS])}, "static": {"unused": tf.zeros([1, 3])}}
     seqs, scores = beam_search(
-        second_order_step_fn(table), tf.constant([BOS]), cache, tf.constant([4]), EOS, beam_size=16, alpha=alpha
+        second_order_step_fn(table),
+        tf.constant([BOS]),
+        cache,
+        tf.constant([4]),
+        EOS,
+        beam_size=16,
+        alpha=alpha,
     )
     expected_score, expected_seq = brute_force_best(table, 4, alpha)
     got = tuple(int(t) for t in seqs[0, 0].numpy()[: len(expected_seq)])
@@ -108,12 +114,15 @@ def test_finished_hypotheses_are_kept():
     probs = np.full((V, V), 1e-6)
     probs[BOS, [EOS, A]] = [0.5, 0.5]
     probs[A, [A, EOS]] = [0.7, 0.3]
-    seqs, scores = beam_search(table_step_fn(probs), tf.constant([BOS]), {}, tf.constant([10]), EOS,
-                               beam_size=2, alpha=0.0)
+    seqs, scores = beam_search(
+        table_step_fn(probs), tf.constant([BOS]), {}, tf.constant([10]), EOS, beam_size=2, alpha=0.0
+    )
     np.testing.assert_array_equal(seqs[0, 0, :1], [EOS])
     assert float(scores[0, 0]) == pytest.approx(math.log(0.5), abs=1e-4)
 
 
 def test_empty_batch():
-    seqs, scores = beam_search(greedy_trap(), tf.zeros([0], tf.int32), {}, tf.zeros([0], tf.int32), EOS)
+    seqs, scores = beam_search(
+        greedy_trap(), tf.zeros([0], tf.int32), {}, tf.zeros([0], tf.int32), EOS
+    )
     assert seqs.shape[0] == 0 and scores.shape == (0, 4)

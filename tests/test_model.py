@@ -30,8 +30,9 @@ def test_embedding_matrix_is_shared_three_ways():
     names = [w.path.split("/", 1)[1] for w in model.weights if "embedding" in w.path]
     assert names == ["embedding/embeddings"]  # one matrix, no separate output projection
     # output projection uses it: zeroing one row zeroes that logit everywhere
-    model.embedding.embeddings.assign(tf.tensor_scatter_nd_update(
-        model.embedding.embeddings, [[7]], tf.zeros([1, 64])))
+    model.embedding.embeddings.assign(
+        tf.tensor_scatter_nd_update(model.embedding.embeddings, [[7]], tf.zeros([1, 64]))
+    )
     logits = model((SRC, TGT)).numpy()
     np.testing.assert_allclose(logits[..., 7], 0.0, atol=1e-6)
 
@@ -88,8 +89,12 @@ def test_config_round_trip_reproduces_outputs():
 
 def test_keras_file_round_trip(tmp_path):
     model = tiny()
-    model.compile(optimizer=kt.paper_optimizer(64, 100), loss=kt.LabelSmoothedCrossEntropy(),
-                  metrics=[kt.MaskedAccuracy()], accum_steps=2)
+    model.compile(
+        optimizer=kt.paper_optimizer(64, 100),
+        loss=kt.LabelSmoothedCrossEntropy(),
+        metrics=[kt.MaskedAccuracy()],
+        accum_steps=2,
+    )
     model.fit(tf.data.Dataset.from_tensors(((SRC, TGT), TGT)).repeat(2), verbose=0)
     logits = model((SRC, TGT)).numpy()
     path = os.path.join(tmp_path, "model.keras")
@@ -128,12 +133,20 @@ def reverse_task(n, length=8, seed=0):
 @pytest.mark.slow
 def test_learns_to_reverse_sequences():
     keras.utils.set_random_seed(1)
-    model = kt.Transformer(kt.TransformerConfig.preset(
-        "tiny", vocab_size=VOCAB, d_model=64, d_ff=256, dropout_rate=0.0, label_smoothing=0.0))
-    model.compile(optimizer=kt.paper_optimizer(64, warmup_steps=200, scale=2.0),
-                  loss=kt.LabelSmoothedCrossEntropy(0.0), metrics=[kt.MaskedAccuracy()])
+    model = kt.Transformer(
+        kt.TransformerConfig.preset(
+            "tiny", vocab_size=VOCAB, d_model=64, d_ff=256, dropout_rate=0.0, label_smoothing=0.0
+        )
+    )
+    model.compile(
+        optimizer=kt.paper_optimizer(64, warmup_steps=200, scale=2.0),
+        loss=kt.LabelSmoothedCrossEntropy(0.0),
+        metrics=[kt.MaskedAccuracy()],
+    )
     src, tgt_in, tgt_out = reverse_task(8192, seed=1)
-    train = tf.data.Dataset.from_tensor_slices(((src, tgt_in), tgt_out)).shuffle(8192, seed=0).batch(64)
+    train = (
+        tf.data.Dataset.from_tensor_slices(((src, tgt_in), tgt_out)).shuffle(8192, seed=0).batch(64)
+    )
     model.fit(train, epochs=6, verbose=0)
     src, tgt_in, tgt_out = reverse_task(512, seed=2)  # held-out sequences
     result = model.evaluate((src, tgt_in), tgt_out, batch_size=128, verbose=0, return_dict=True)

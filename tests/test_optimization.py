@@ -10,7 +10,9 @@ def test_schedule_is_equation_3():
         expected = 512**-0.5 * min(step**-0.5, step * 4000**-1.5)
         assert float(schedule(step - 1)) == pytest.approx(expected, rel=1e-5)
     # the peak is at warmup_steps
-    assert float(schedule(3999)) > float(schedule(2000)) and float(schedule(3999)) > float(schedule(8000))
+    assert float(schedule(3999)) > float(schedule(2000)) and float(schedule(3999)) > float(
+        schedule(8000)
+    )
 
 
 def test_schedule_and_optimizer_serialize():
@@ -20,7 +22,11 @@ def test_schedule_and_optimizer_serialize():
     assert isinstance(restored.learning_rate, WarmupSchedule) or isinstance(
         restored._learning_rate, WarmupSchedule
     )
-    assert restored._learning_rate.get_config() == {"d_model": 256, "warmup_steps": 1000, "scale": 2.0}
+    assert restored._learning_rate.get_config() == {
+        "d_model": 256,
+        "warmup_steps": 1000,
+        "scale": 2.0,
+    }
 
 
 def test_bad_schedule_arguments():

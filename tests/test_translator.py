@@ -6,7 +6,12 @@ from keras_transformer.run_dir import load_trained
 from keras_transformer.translator import Translator
 from tests.run_fixture import make_run
 
-SENTENCES = ["A man is riding a bike.", "Two dogs play in the snow near a red house.", "A girl.", "People walk."]
+SENTENCES = [
+    "A man is riding a bike.",
+    "Two dogs play in the snow near a red house.",
+    "A girl.",
+    "People walk.",
+]
 
 
 @pytest.fixture(scope="module")
@@ -21,7 +26,9 @@ def test_batch_translates_as_sentences_one_by_one(translator):
     for i, sentence in enumerate(SENTENCES):
         single = translator(tf.constant([sentence]))
         assert single["outputs"].numpy()[0] == batch["outputs"].numpy()[i]
-        np.testing.assert_allclose(single["scores"].numpy()[0], batch["scores"].numpy()[i], atol=1e-4)
+        np.testing.assert_allclose(
+            single["scores"].numpy()[0], batch["scores"].numpy()[i], atol=1e-4
+        )
 
 
 def test_nbest_is_sorted_and_first_equals_best(translator):

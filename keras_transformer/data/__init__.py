@@ -1,7 +1,17 @@
 """Parallel text sources, the SentencePiece tokenizer and the batching pipeline."""
 
-from keras_transformer.data.pipeline import PipelineError, PipelineStats, bucket_boundaries, make_batches
-from keras_transformer.data.sources import DataError, ParallelText, load_parallel, read_parallel_files
+from keras_transformer.data.pipeline import (
+    PipelineError,
+    PipelineStats,
+    bucket_boundaries,
+    make_batches,
+)
+from keras_transformer.data.sources import (
+    DataError,
+    ParallelText,
+    load_parallel,
+    read_parallel_files,
+)
 from keras_transformer.data.tokenizer import SubwordTokenizer, train_sentencepiece
 
 __all__ = [

@@ -99,7 +99,9 @@ def make_batches(
 
     def fits(src, tgt_in, tgt_out):
         ok = tf.logical_and(tf.size(src) <= max_length, tf.size(tgt_in) <= max_length)
-        counter = tf.cond(ok, lambda: stats.kept.assign_add(1), lambda: stats.too_long.assign_add(1))
+        counter = tf.cond(
+            ok, lambda: stats.kept.assign_add(1), lambda: stats.too_long.assign_add(1)
+        )
         with tf.control_dependencies([counter]):
             return tf.identity(ok)
 
@@ -115,4 +117,6 @@ def make_batches(
         padding_values=(0, 0, 0),
         pad_to_bucket_boundary=True,
     )
-    return data.map(lambda src, tgt_in, tgt_out: ((src, tgt_in), tgt_out)).prefetch(tf.data.AUTOTUNE)
+    return data.map(lambda src, tgt_in, tgt_out: ((src, tgt_in), tgt_out)).prefetch(
+        tf.data.AUTOTUNE
+    )

@@ -95,7 +95,9 @@ def read_parallel_files(source_path: str, target_path: str) -> ParallelText:
     skip = sorted(bad | empty)
 
     def lines(path):
-        return tf.data.TextLineDataset(path, compression_type="GZIP" if path.endswith(".gz") else "")
+        return tf.data.TextLineDataset(
+            path, compression_type="GZIP" if path.endswith(".gz") else ""
+        )
 
     dataset = tf.data.Dataset.zip((lines(source_path), lines(target_path)))
     if skip:
@@ -103,11 +105,15 @@ def read_parallel_files(source_path: str, target_path: str) -> ParallelText:
 
         def keep(i, pair):
             at = tf.searchsorted(skip_sorted, [i])[0]
-            return tf.logical_or(at >= len(skip), tf.gather(skip_sorted, tf.minimum(at, len(skip) - 1)) != i)
+            return tf.logical_or(
+                at >= len(skip), tf.gather(skip_sorted, tf.minimum(at, len(skip) - 1)) != i
+            )
 
         dataset = dataset.enumerate().filter(keep).map(lambda i, pair: pair)
     first_bad = "; ".join(
-        f"first invalid UTF-8 in {path} at line {lines_[0] + 1}" for path, lines_ in bad_lines.items() if lines_
+        f"first invalid UTF-8 in {path} at line {lines_[0] + 1}"
+        for path, lines_ in bad_lines.items()
+        if lines_
     )
     description = f"{source_path} + {target_path}" + (f" ({first_bad})" if first_bad else "")
     return ParallelText(
@@ -125,7 +131,9 @@ def default_cache_dir() -> str:
     )
 
 
-def find_multi30k_file(split: str, lang: str, data_dir: str | None = None, download: bool = True) -> str:
+def find_multi30k_file(
+    split: str, lang: str, data_dir: str | None = None, download: bool = True
+) -> str:
     """Path of Multi30k `split` ("train", "validation", "test") in `lang`.
 
     Looked up in `data_dir` (or $KT_DATA_DIR), directly or in its `multi30k/` folder, as
@@ -138,7 +146,9 @@ def find_multi30k_file(split: str, lang: str, data_dir: str | None = None, downl
     name = f"{MULTI30K_SPLITS[split]}.{lang}"
     data_dir = data_dir or os.environ.get(DATA_DIR_ENV)
     cache = os.path.join(default_cache_dir(), "multi30k")
-    folders = [d for d in ([data_dir, os.path.join(data_dir, "multi30k")] if data_dir else [])] + [cache]
+    folders = [d for d in ([data_dir, os.path.join(data_dir, "multi30k")] if data_dir else [])] + [
+        cache
+    ]
     for folder in folders:
         for candidate in (f"{name}.gz", name):
             path = os.path.join(folder, candidate)
@@ -151,7 +161,10 @@ def find_multi30k_file(split: str, lang: str, data_dir: str | None = None, downl
     target = os.path.join(cache, f"{name}.gz")
     os.makedirs(cache, exist_ok=True)
     try:
-        with urllib.request.urlopen(url, timeout=30) as response, open(target + ".part", "wb") as out:
+        with (
+            urllib.request.urlopen(url, timeout=30) as response,
+            open(target + ".part", "wb") as out,
+        ):
             shutil.copyfileobj(response, out)
         os.replace(target + ".part", target)
     except OSError as err:
@@ -169,7 +182,9 @@ def multi30k(split: str, src_lang: str, tgt_lang: str, data_dir: str | None = No
     )
 
 
-def tfds_translation(name: str, split: str, src_lang: str, tgt_lang: str, data_dir: str | None = None) -> ParallelText:
+def tfds_translation(
+    name: str, split: str, src_lang: str, tgt_lang: str, data_dir: str | None = None
+) -> ParallelText:
     """A TFDS translation dataset, e.g. "wmt14_translate/de-en" or "ted_hrlr_translate/pt_to_en"."""
     import tensorflow_datasets as tfds
 
@@ -184,9 +199,13 @@ def tfds_translation(name: str, split: str, src_lang: str, tgt_lang: str, data_d
     try:
         dataset = tfds.load(name, split=split, data_dir=data_dir, shuffle_files=False)
     except Exception as err:
-        raise DataError(f"cannot load TFDS dataset {name} split {split!r} from {data_dir}: {err}") from None
+        raise DataError(
+            f"cannot load TFDS dataset {name} split {split!r} from {data_dir}: {err}"
+        ) from None
     pairs = dataset.map(lambda ex: (ex[src_lang], ex[tgt_lang])).filter(
-        lambda s, t: tf.logical_and(tf.strings.length(tf.strings.strip(s)) > 0, tf.strings.length(tf.strings.strip(t)) > 0)
+        lambda s, t: tf.logical_and(
+            tf.strings.length(tf.strings.strip(s)) > 0, tf.strings.length(tf.strings.strip(t)) > 0
+        )
     )
     return ParallelText(dataset=pairs, description=f"tfds:{name} [{split}]")
 

@@ -86,7 +86,9 @@ class SubwordTokenizer(tf.Module):
             with open(model, "rb") as handle:
                 model = handle.read()
         self._proto = model
-        self.tokenizer = tf_text.SentencepieceTokenizer(model=model, out_type=tf.int32, add_bos=False, add_eos=False)
+        self.tokenizer = tf_text.SentencepieceTokenizer(
+            model=model, out_type=tf.int32, add_bos=False, add_eos=False
+        )
         self.vocab_size = int(self.tokenizer.vocab_size())
         self.model_asset = None
 

@@ -157,7 +157,9 @@ class MultiHeadAttention(keras.layers.Layer):
         if self.self_attention:
             raise ValueError("project_memory is for cross-attention layers")
         shape = tf.shape(memory)
-        kv = self._split_heads(self._dense(memory, self.kv_kernel, self.kv_bias), shape[0], shape[1], 2)
+        kv = self._split_heads(
+            self._dense(memory, self.kv_kernel, self.kv_bias), shape[0], shape[1], 2
+        )
         return {"k": kv[0], "v": kv[1]}
 
     def call(
@@ -188,7 +190,9 @@ class MultiHeadAttention(keras.layers.Layer):
                 cache = {"k": k, "v": v}
                 attention_mask = masks.step_mask(step, tf.shape(k)[2])
         else:
-            q = self._split_heads(self._dense(query, self.q_kernel, self.q_bias), batch, length, 1)[0]
+            q = self._split_heads(self._dense(query, self.q_kernel, self.q_bias), batch, length, 1)[
+                0
+            ]
             if cache is not None:
                 k, v = cache["k"], cache["v"]
             elif memory is None:
@@ -200,7 +204,8 @@ class MultiHeadAttention(keras.layers.Layer):
         context, weights = self.attention(q, k, v, attention_mask=attention_mask, training=training)
         context = tf.reshape(tf.transpose(context, [0, 2, 1, 3]), [batch, length, self.d_model])
         outputs = tf.reshape(
-            self._dense(context, self.output_kernel, self.output_bias), [batch, length, self.d_model]
+            self._dense(context, self.output_kernel, self.output_bias),
+            [batch, length, self.d_model],
         )
         if cache is not None:
             return outputs, cache

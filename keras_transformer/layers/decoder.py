@@ -49,8 +49,11 @@ class DecoderLayer(BlockLayer):
         self.self_attention = attention("self_attention", True)
         self.cross_attention = attention("cross_attention", False)
         self.feed_forward = PositionwiseFeedForward(
-            d_model=self.d_model, d_ff=self.d_ff, ffn_dropout=self.ffn_dropout,
-            dtype=self.dtype_policy, name="feed_forward",
+            d_model=self.d_model,
+            d_ff=self.d_ff,
+            ffn_dropout=self.ffn_dropout,
+            dtype=self.dtype_policy,
+            name="feed_forward",
         )
         self.feed_forward.build()
         self.self_norm, self.self_dropout = make_norm_and_dropout(self, "self", self.d_model)
@@ -74,7 +77,10 @@ class DecoderLayer(BlockLayer):
             if self_cache is not None:
                 return self.self_attention(y, cache=self_cache, step=step, training=training)
             return self.self_attention(
-                y, attention_mask=self_attention_mask, training=training, return_attention_scores=True
+                y,
+                attention_mask=self_attention_mask,
+                training=training,
+                return_attention_scores=True,
             )
 
         def cross_block(y):
@@ -84,15 +90,29 @@ class DecoderLayer(BlockLayer):
                 )
                 return out, None
             return self.cross_attention(
-                y, memory, attention_mask=memory_mask, training=training, return_attention_scores=True
+                y,
+                memory,
+                attention_mask=memory_mask,
+                training=training,
+                return_attention_scores=True,
             )
 
         norm_first = self.norm_first
         x, self_extra = residual(
-            inputs, self_block, self.self_norm, self.self_dropout, norm_first=norm_first, training=training
+            inputs,
+            self_block,
+            self.self_norm,
+            self.self_dropout,
+            norm_first=norm_first,
+            training=training,
         )
         x, cross_weights = residual(
-            x, cross_block, self.cross_norm, self.cross_dropout, norm_first=norm_first, training=training
+            x,
+            cross_block,
+            self.cross_norm,
+            self.cross_dropout,
+            norm_first=norm_first,
+            training=training,
         )
         x, _ = residual(
             x,

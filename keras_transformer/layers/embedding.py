@@ -37,7 +37,9 @@ class SharedEmbedding(keras.layers.Layer):
     def __init__(self, *, vocab_size: int, d_model: int, scale: bool = True, **kwargs):
         super().__init__(**kwargs)
         if vocab_size <= 0 or d_model <= 0:
-            raise ValueError(f"vocab_size and d_model must be positive, got {vocab_size}, {d_model}")
+            raise ValueError(
+                f"vocab_size and d_model must be positive, got {vocab_size}, {d_model}"
+            )
         self.vocab_size = vocab_size
         self.d_model = d_model
         self.scale = scale
@@ -142,7 +144,9 @@ class LearnedPositionalEmbedding(keras.layers.Layer):
     def __init__(self, *, max_length: int, d_model: int, **kwargs):
         super().__init__(**kwargs)
         if max_length <= 0 or d_model <= 0:
-            raise ValueError(f"max_length and d_model must be positive, got {max_length}, {d_model}")
+            raise ValueError(
+                f"max_length and d_model must be positive, got {max_length}, {d_model}"
+            )
         self.max_length = max_length
         self.d_model = d_model
 

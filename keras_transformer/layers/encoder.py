@@ -42,11 +42,16 @@ class EncoderLayer(BlockLayer):
         )
         self.self_attention.build()
         self.feed_forward = PositionwiseFeedForward(
-            d_model=self.d_model, d_ff=self.d_ff, ffn_dropout=self.ffn_dropout,
-            dtype=self.dtype_policy, name="feed_forward",
+            d_model=self.d_model,
+            d_ff=self.d_ff,
+            ffn_dropout=self.ffn_dropout,
+            dtype=self.dtype_policy,
+            name="feed_forward",
         )
         self.feed_forward.build()
-        self.attention_norm, self.attention_dropout_layer = make_norm_and_dropout(self, "attention", self.d_model)
+        self.attention_norm, self.attention_dropout_layer = make_norm_and_dropout(
+            self, "attention", self.d_model
+        )
         self.ffn_norm, self.ffn_dropout_layer = make_norm_and_dropout(self, "ffn", self.d_model)
         self.built = True
 
@@ -119,4 +124,3 @@ class Encoder(StackLayer):
         if self.final_norm is not None:
             x = self.final_norm(x)
         return (x, all_weights) if return_attention_scores else x
-

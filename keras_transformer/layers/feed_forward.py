@@ -36,21 +36,27 @@ class PositionwiseFeedForward(keras.layers.Layer):
         self.inner_kernel = self.add_weight(
             name="inner_kernel", shape=(self.d_model, self.d_ff), initializer=glorot
         )
-        self.inner_bias = self.add_weight(name="inner_bias", shape=(self.d_ff,), initializer="zeros")
+        self.inner_bias = self.add_weight(
+            name="inner_bias", shape=(self.d_ff,), initializer="zeros"
+        )
         self.output_kernel = self.add_weight(
             name="output_kernel", shape=(self.d_ff, self.d_model), initializer=glorot
         )
         self.output_bias = self.add_weight(
             name="output_bias", shape=(self.d_model,), initializer="zeros"
         )
-        self.dropout = keras.layers.Dropout(self.ffn_dropout, dtype=self.dtype_policy, name="dropout")
+        self.dropout = keras.layers.Dropout(
+            self.ffn_dropout, dtype=self.dtype_policy, name="dropout"
+        )
         self.built = True
 
     def call(self, inputs, training=None):
         dtype = inputs.dtype
         flat = tf.reshape(inputs, [-1, self.d_model])  # (B*T, d_model): plain 2-D matmuls
         hidden = tf.nn.relu(
-            tf.nn.bias_add(tf.matmul(flat, tf.cast(self.inner_kernel, dtype)), tf.cast(self.inner_bias, dtype))
+            tf.nn.bias_add(
+                tf.matmul(flat, tf.cast(self.inner_kernel, dtype)), tf.cast(self.inner_bias, dtype)
+            )
         )
         hidden = self.dropout(hidden, training=training)
         out = tf.nn.bias_add(

@@ -11,7 +11,9 @@ def make_norm_and_dropout(owner: keras.layers.Layer, name: str, d_model: int):
         epsilon=owner.layer_norm_epsilon, dtype=owner.dtype_policy, name=f"{name}_norm"
     )
     norm.build((None, None, d_model))
-    dropout = keras.layers.Dropout(owner.dropout_rate, dtype=owner.dtype_policy, name=f"{name}_dropout")
+    dropout = keras.layers.Dropout(
+        owner.dropout_rate, dtype=owner.dtype_policy, name=f"{name}_dropout"
+    )
     return norm, dropout
 
 

@@ -68,7 +68,9 @@ class CheckpointEvery(keras.callbacks.Callback):
     its state file, so a run killed mid-save restarts from the previous complete checkpoint.
     """
 
-    def __init__(self, manager, state: StepState, every: int, guard: NonFiniteLossGuard, enabled=True):
+    def __init__(
+        self, manager, state: StepState, every: int, guard: NonFiniteLossGuard, enabled=True
+    ):
         super().__init__()
         self.manager, self.state, self.every, self.guard = manager, state, every, guard
         self.enabled = enabled
@@ -114,8 +116,13 @@ class MetricsLogger(keras.callbacks.Callback):
     def write(self, event: str, logs: dict) -> None:
         if not self.enabled:
             return
-        record = {"event": event, "step": self.state.step, "epoch": self.epoch,
-                  "time_s": round(time.time() - self.start, 1), **_scalars(logs)}
+        record = {
+            "event": event,
+            "step": self.state.step,
+            "epoch": self.epoch,
+            "time_s": round(time.time() - self.start, 1),
+            **_scalars(logs),
+        }
         lr = self.model.optimizer.learning_rate
         record["learning_rate"] = float(lr.numpy() if hasattr(lr, "numpy") else lr)
         with open(self.path, "a", encoding="utf-8") as handle:
@@ -140,13 +147,27 @@ class BleuEvaluation(keras.callbacks.Callback):
     (0: never stops early).
     """
 
-    def __init__(self, translate_fn, sources, references, *, every, best_manager, state,
-                 metrics: MetricsLogger, log_dir: str | None, patience: int = 0, batch_size: int = 64):
+    def __init__(
+        self,
+        translate_fn,
+        sources,
+        references,
+        *,
+        every,
+        best_manager,
+        state,
+        metrics: MetricsLogger,
+        log_dir: str | None,
+        patience: int = 0,
+        batch_size: int = 64,
+    ):
         super().__init__()
         self.translate_fn, self.sources, self.references = translate_fn, sources, references
         self.every, self.best_manager, self.state = every, best_manager, state
         self.metrics, self.patience, self.batch_size = metrics, patience, batch_size
-        self.writer = tf.summary.create_file_writer(os.path.join(log_dir, "validation")) if log_dir else None
+        self.writer = (
+            tf.summary.create_file_writer(os.path.join(log_dir, "validation")) if log_dir else None
+        )
         self.best, self.bad_evals, self.last_step = -1.0, 0, -1
 
     def evaluate(self) -> dict:

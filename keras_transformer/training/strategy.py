@@ -65,7 +65,9 @@ def is_chief(strategy: tf.distribute.Strategy) -> bool:
     resolver = getattr(strategy, "cluster_resolver", None)
     if resolver is None or not getattr(resolver, "task_type", None):
         return True
-    return resolver.task_type == "chief" or (resolver.task_type == "worker" and resolver.task_id == 0)
+    return resolver.task_type == "chief" or (
+        resolver.task_type == "worker" and resolver.task_id == 0
+    )
 
 
 def set_precision(name: str) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import gzip
 import math
 import os
 import sys
@@ -69,8 +68,6 @@ class TrainArgs:
     verbose: int | None = None
 
 
-
-
 def resolve_config(args: TrainArgs, vocab_size: int) -> TransformerConfig:
     overrides = {"vocab_size": vocab_size, "max_length": max(args.max_length, 256)}
     if args.dropout_rate is not None:
@@ -94,11 +91,26 @@ def validate(args: TrainArgs) -> None:
 
 
 def load_data(args: TrainArgs):
-    files = {"train": (args.train_src, args.train_tgt), "validation": (args.valid_src, args.valid_tgt)}
-    train = load_parallel(args.dataset, "train", args.src_lang, args.tgt_lang,
-                          data_dir=args.data_dir, files=files["train"])
-    valid = load_parallel(args.dataset, "validation", args.src_lang, args.tgt_lang,
-                          data_dir=args.data_dir, files=files["validation"])
+    files = {
+        "train": (args.train_src, args.train_tgt),
+        "validation": (args.valid_src, args.valid_tgt),
+    }
+    train = load_parallel(
+        args.dataset,
+        "train",
+        args.src_lang,
+        args.tgt_lang,
+        data_dir=args.data_dir,
+        files=files["train"],
+    )
+    valid = load_parallel(
+        args.dataset,
+        "validation",
+        args.src_lang,
+        args.tgt_lang,
+        data_dir=args.data_dir,
+        files=files["validation"],
+    )
     return train, valid
 
 
@@ -112,8 +124,12 @@ def get_tokenizer(args: TrainArgs, train, chief: bool) -> SubwordTokenizer:
             yield src.decode("utf-8")
             yield tgt.decode("utf-8")
 
-    print(f"training a {args.vocab_size}-piece {args.spm_model_type} SentencePiece model", flush=True)
-    proto = train_sentencepiece(sentences(), args.vocab_size, model_type=args.spm_model_type, seed=args.seed)
+    print(
+        f"training a {args.vocab_size}-piece {args.spm_model_type} SentencePiece model", flush=True
+    )
+    proto = train_sentencepiece(
+        sentences(), args.vocab_size, model_type=args.spm_model_type, seed=args.seed
+    )
     tokenizer = SubwordTokenizer(proto)
     if chief:
         tmp = path + ".tmp"
@@ -128,9 +144,15 @@ def run(args: TrainArgs) -> dict:
     validate(args)
     set_precision(args.precision)
     strategy = make_strategy(args.strategy)  # first: collective ops must be set up at startup
-    keras.utils.set_random_seed(args.seed)  # before any tokenizer: set_seed clears TF's kernel cache
+    keras.utils.set_random_seed(
+        args.seed
+    )  # before any tokenizer: set_seed clears TF's kernel cache
     chief = is_chief(strategy)
-    model_dir = args.model_dir if chief else os.path.join(args.model_dir, f"worker_{strategy.cluster_resolver.task_id}")
+    model_dir = (
+        args.model_dir
+        if chief
+        else os.path.join(args.model_dir, f"worker_{strategy.cluster_resolver.task_id}")
+    )
     args = dataclasses.replace(args, model_dir=model_dir)
     os.makedirs(model_dir, exist_ok=True)
 
@@ -143,19 +165,30 @@ def run(args: TrainArgs) -> dict:
         model_config = TransformerConfig.from_dict(run_dir.read_config(model_dir)["model"])
     else:
         model_config = resolve_config(args, tokenizer.vocab_size)
-        run_dir.write_json_atomic(config_path, {
-            "model": model_config.to_dict(),
-            "training": {k: v for k, v in dataclasses.asdict(args).items()},
-        })
+        run_dir.write_json_atomic(
+            config_path,
+            {
+                "model": model_config.to_dict(),
+                "training": {k: v for k, v in dataclasses.asdict(args).items()},
+            },
+        )
 
     stats = PipelineStats()
     train_batches = make_batches(
-        train.dataset, tokenizer, batch_tokens=args.batch_tokens * args.accum_steps,
-        max_length=args.max_length, seed=args.seed, stats=stats,
+        train.dataset,
+        tokenizer,
+        batch_tokens=args.batch_tokens * args.accum_steps,
+        max_length=args.max_length,
+        seed=args.seed,
+        stats=stats,
     )
     valid_batches = make_batches(
-        valid.dataset, tokenizer, batch_tokens=args.batch_tokens, max_length=args.max_length,
-        shuffle=False, stats=PipelineStats(),
+        valid.dataset,
+        tokenizer,
+        batch_tokens=args.batch_tokens,
+        max_length=args.max_length,
+        shuffle=False,
+        stats=PipelineStats(),
     )
 
     with strategy.scope():
@@ -171,7 +204,9 @@ def run(args: TrainArgs) -> dict:
         state = cb.StepState(model)
         checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer, epoch=state.epoch)
     manager = tf.train.CheckpointManager(
-        checkpoint, os.path.join(model_dir, run_dir.CHECKPOINT_DIR), max_to_keep=args.keep_checkpoints
+        checkpoint,
+        os.path.join(model_dir, run_dir.CHECKPOINT_DIR),
+        max_to_keep=args.keep_checkpoints,
     )
     best_manager = tf.train.CheckpointManager(
         tf.train.Checkpoint(model=model), os.path.join(model_dir, run_dir.BEST_DIR), max_to_keep=1
@@ -198,23 +233,34 @@ def run(args: TrainArgs) -> dict:
             return {"step": state.step}
 
     guard = cb.NonFiniteLossGuard(manager)
-    metrics = cb.MetricsLogger(os.path.join(model_dir, run_dir.METRICS_FILE), state, args.log_every, chief)
+    metrics = cb.MetricsLogger(
+        os.path.join(model_dir, run_dir.METRICS_FILE), state, args.log_every, chief
+    )
     callbacks = [
         guard,
         cb.CheckpointEvery(manager, state, args.checkpoint_every, guard, enabled=True),
         metrics,
-        keras.callbacks.TensorBoard(os.path.join(model_dir, run_dir.LOG_DIR), update_freq=args.log_every),
+        keras.callbacks.TensorBoard(
+            os.path.join(model_dir, run_dir.LOG_DIR), update_freq=args.log_every
+        ),
     ]
     if args.train_steps is not None:
         callbacks.append(cb.StopAtStep(state, args.train_steps))
     if chief and (args.eval_every or args.eval_sentences >= 0):
-        callbacks.append(_bleu_callback(args, model, tokenizer, valid, best_manager, state, metrics))
+        callbacks.append(
+            _bleu_callback(args, model, tokenizer, valid, best_manager, state, metrics)
+        )
     verbose = args.verbose if args.verbose is not None else (1 if sys.stdout.isatty() else 2)
-    history = model.fit(data, validation_data=valid_batches, callbacks=callbacks, verbose=verbose, **fit_kwargs)
+    history = model.fit(
+        data, validation_data=valid_batches, callbacks=callbacks, verbose=verbose, **fit_kwargs
+    )
     guard.check()
     dropped = int(stats.too_long.numpy())
     if dropped:
-        print(f"dropped {dropped} training pairs longer than --max-length {args.max_length}", flush=True)
+        print(
+            f"dropped {dropped} training pairs longer than --max-length {args.max_length}",
+            flush=True,
+        )
     last = {k: v[-1] for k, v in history.history.items()}
     last["step"] = state.step
     return last
@@ -232,8 +278,15 @@ def _bleu_callback(args, model, tokenizer, valid, best_manager, state, metrics):
         references.append(tgt.decode("utf-8"))
     translator = Translator(model, tokenizer, beam_size=args.eval_beam_size)
     return cb.BleuEvaluation(
-        translator, sources, references, every=args.eval_every, best_manager=best_manager, state=state,
-        metrics=metrics, log_dir=os.path.join(args.model_dir, run_dir.LOG_DIR), patience=args.patience,
+        translator,
+        sources,
+        references,
+        every=args.eval_every,
+        best_manager=best_manager,
+        state=state,
+        metrics=metrics,
+        log_dir=os.path.join(args.model_dir, run_dir.LOG_DIR),
+        patience=args.patience,
     )
 
 

@@ -23,7 +23,9 @@ def setup(multi30k_dir):
         with gzip.open(os.path.join(multi30k_dir, name), "rt", encoding="utf-8") as handle:
             return [line.strip() for line in handle]
 
-    tokenizer = SubwordTokenizer(train_sentencepiece(read("train.en.gz") + read("train.de.gz"), 2000))
+    tokenizer = SubwordTokenizer(
+        train_sentencepiece(read("train.en.gz") + read("train.de.gz"), 2000)
+    )
     pairs = load_parallel("multi30k", "validation", "en", "de", data_dir=multi30k_dir)
     return tokenizer, pairs
 
@@ -50,7 +52,7 @@ def test_token_budget_fixed_shapes_and_every_pair_once(setup):
             seen[tuple(row[row != 0])] += 1
     # every pair under the limit appears exactly once (by its source ids)
     expected = collections.Counter()
-    for (src, tgt) in pairs.dataset:
+    for src, tgt in pairs.dataset:
         ids = tuple(tokenizer.tokenize(src[tf.newaxis])[0].numpy().tolist()) + (3,)
         tgt_len = int(tf.size(tokenizer.tokenize(tgt[tf.newaxis])[0])) + 1
         if len(ids) <= max_length and tgt_len <= max_length:

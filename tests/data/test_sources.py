@@ -44,12 +44,17 @@ def test_missing_file_is_named(tmp_path):
 
 
 def test_invalid_utf8_and_empty_lines_are_skipped_and_reported(tmp_path):
-    src = write(os.path.join(tmp_path, "b.en"), [b"good\n", b"\xff\xfe bad\n", b"\n", b"fine\n"], raw=True)
+    src = write(
+        os.path.join(tmp_path, "b.en"), [b"good\n", b"\xff\xfe bad\n", b"\n", b"fine\n"], raw=True
+    )
     tgt = write(os.path.join(tmp_path, "b.de"), ["gut", "schlecht", "leer", "gut"])
     parallel = read_parallel_files(src, tgt)
     assert pairs_of(parallel) == [("good", "gut"), ("fine", "gut")]
     assert parallel.skipped_invalid_utf8 == 1 and parallel.skipped_empty == 1
-    assert "b.en at line 2" in parallel.report() and "skipped 1 pairs with an empty line" in parallel.report()
+    assert (
+        "b.en at line 2" in parallel.report()
+        and "skipped 1 pairs with an empty line" in parallel.report()
+    )
 
 
 def test_data_dir_without_multi30k(tmp_path, monkeypatch):

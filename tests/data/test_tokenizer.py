@@ -16,7 +16,9 @@ def read(path):
 
 @pytest.fixture(scope="module")
 def tokenizer(multi30k_dir):
-    sentences = read(os.path.join(multi30k_dir, "train.en.gz")) + read(os.path.join(multi30k_dir, "train.de.gz"))
+    sentences = read(os.path.join(multi30k_dir, "train.en.gz")) + read(
+        os.path.join(multi30k_dir, "train.de.gz")
+    )
     return SubwordTokenizer(train_sentencepiece(sentences, 4000))
 
 
@@ -27,7 +29,9 @@ def test_special_ids_are_fixed(tokenizer):
 
 
 def test_round_trip_on_validation_sentences(tokenizer, multi30k_dir):
-    sentences = read(os.path.join(multi30k_dir, "val.en.gz")) + read(os.path.join(multi30k_dir, "val.de.gz"))
+    sentences = read(os.path.join(multi30k_dir, "val.en.gz")) + read(
+        os.path.join(multi30k_dir, "val.de.gz")
+    )
     ids = tokenizer.tokenize(tf.constant(sentences))
     back = [s.decode("utf-8") for s in tokenizer.detokenize(ids).numpy()]
     normalized = [" ".join(s.split()) for s in sentences]  # SentencePiece collapses whitespace
@@ -48,7 +52,9 @@ def test_tokenizer_survives_saved_model(tokenizer, tmp_path):
     tf.saved_model.save(tokenizer, export)
     restored = tf.saved_model.load(export)
     text = tf.constant(["A man rides a bike.", "Ein Mann fährt Fahrrad."])
-    np.testing.assert_array_equal(restored.tokenize(text).to_tensor(), tokenizer.tokenize(text).to_tensor())
+    np.testing.assert_array_equal(
+        restored.tokenize(text).to_tensor(), tokenizer.tokenize(text).to_tensor()
+    )
     assert os.path.exists(os.path.join(export, "assets", "spm.model"))
 
 

@@ -16,8 +16,11 @@ SRC = np.array([[3, 4, 5, 0, 0], [6, 7, 8, 9, 10]], np.int32)
 
 def test_scaled_dot_product_attention_layer():
     run_layer_test(
-        ScaledDotProductAttention, {"attention_dropout": 0.0}, (Q, K, V),
-        expected_output_shape=(2, 3, 4, 6), expected_num_trainable_weights=0,
+        ScaledDotProductAttention,
+        {"attention_dropout": 0.0},
+        (Q, K, V),
+        expected_output_shape=(2, 3, 4, 6),
+        expected_num_trainable_weights=0,
     )
 
 
@@ -38,22 +41,33 @@ def test_attention_is_the_papers_formula_and_masks_keys():
 def test_fully_masked_row_is_finite_in_float16():
     mask = tf.zeros([2, 1, 1, 5], tf.bool)
     layer = ScaledDotProductAttention(dtype="mixed_float16")
-    out, weights = layer(tf.constant(Q, tf.float16), tf.constant(K, tf.float16), tf.constant(V, tf.float16), attention_mask=mask)
+    out, weights = layer(
+        tf.constant(Q, tf.float16),
+        tf.constant(K, tf.float16),
+        tf.constant(V, tf.float16),
+        attention_mask=mask,
+    )
     assert np.all(np.isfinite(out.numpy().astype(np.float32)))
     np.testing.assert_allclose(weights.numpy(), 0.2, rtol=1e-3)
 
 
 def test_self_attention_layer():
     run_layer_test(
-        MultiHeadAttention, {"num_heads": 3, "d_model": 12, "self_attention": True}, (X,),
-        expected_output_shape=(2, 4, 12), expected_num_trainable_weights=4,
+        MultiHeadAttention,
+        {"num_heads": 3, "d_model": 12, "self_attention": True},
+        (X,),
+        expected_output_shape=(2, 4, 12),
+        expected_num_trainable_weights=4,
     )
 
 
 def test_cross_attention_layer():
     run_layer_test(
-        MultiHeadAttention, {"num_heads": 3, "d_model": 12, "self_attention": False}, (X, MEM),
-        expected_output_shape=(2, 4, 12), expected_num_trainable_weights=6,
+        MultiHeadAttention,
+        {"num_heads": 3, "d_model": 12, "self_attention": False},
+        (X, MEM),
+        expected_output_shape=(2, 4, 12),
+        expected_num_trainable_weights=6,
     )
 
 

@@ -14,8 +14,11 @@ X = np.random.default_rng(0).normal(size=(2, 4, 8)).astype(np.float32)
 
 def test_shared_embedding_layer():
     run_layer_test(
-        SharedEmbedding, {"vocab_size": 11, "d_model": 8}, (IDS,),
-        expected_output_shape=(2, 4, 8), expected_num_trainable_weights=1,
+        SharedEmbedding,
+        {"vocab_size": 11, "d_model": 8},
+        (IDS,),
+        expected_output_shape=(2, 4, 8),
+        expected_num_trainable_weights=1,
     )
 
 
@@ -37,8 +40,11 @@ def test_logits_are_float32_under_mixed_precision():
 
 def test_positional_encoding_layer():
     run_layer_test(
-        PositionalEncoding, {"d_model": 8}, (X,),
-        expected_output_shape=(2, 4, 8), expected_num_trainable_weights=0,
+        PositionalEncoding,
+        {"d_model": 8},
+        (X,),
+        expected_output_shape=(2, 4, 8),
+        expected_num_trainable_weights=0,
     )
 
 
@@ -60,8 +66,11 @@ def test_positional_offset_equals_slicing_a_longer_sequence():
 
 def test_learned_positional_embedding_layer():
     run_layer_test(
-        LearnedPositionalEmbedding, {"max_length": 6, "d_model": 8}, (X,),
-        expected_output_shape=(2, 4, 8), expected_num_trainable_weights=1,
+        LearnedPositionalEmbedding,
+        {"max_length": 6, "d_model": 8},
+        (X,),
+        expected_output_shape=(2, 4, 8),
+        expected_num_trainable_weights=1,
     )
 
 

@@ -14,30 +14,51 @@ BLOCK = {"d_model": 8, "num_heads": 2, "d_ff": 16, "dropout_rate": 0.1}
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_encoder_layer(norm_first):
     run_layer_test(
-        EncoderLayer, {**BLOCK, "norm_first": norm_first}, (X,),
-        expected_output_shape=(2, 4, 8), expected_num_trainable_weights=12,
+        EncoderLayer,
+        {**BLOCK, "norm_first": norm_first},
+        (X,),
+        expected_output_shape=(2, 4, 8),
+        expected_num_trainable_weights=12,
     )
 
 
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_decoder_layer(norm_first):
     run_layer_test(
-        DecoderLayer, {**BLOCK, "norm_first": norm_first}, (X, MEM),
-        expected_output_shape=(2, 4, 8), expected_num_trainable_weights=20,
+        DecoderLayer,
+        {**BLOCK, "norm_first": norm_first},
+        (X, MEM),
+        expected_output_shape=(2, 4, 8),
+        expected_num_trainable_weights=20,
     )
 
 
 def test_encoder_stack():
     # 2 layers x 12 weights, + final norm (2) when norm_first
-    run_layer_test(Encoder, {**BLOCK, "num_layers": 2}, (X,), expected_output_shape=(2, 4, 8),
-                   expected_num_trainable_weights=24)
-    run_layer_test(Encoder, {**BLOCK, "num_layers": 2, "norm_first": True}, (X,),
-                   expected_output_shape=(2, 4, 8), expected_num_trainable_weights=26)
+    run_layer_test(
+        Encoder,
+        {**BLOCK, "num_layers": 2},
+        (X,),
+        expected_output_shape=(2, 4, 8),
+        expected_num_trainable_weights=24,
+    )
+    run_layer_test(
+        Encoder,
+        {**BLOCK, "num_layers": 2, "norm_first": True},
+        (X,),
+        expected_output_shape=(2, 4, 8),
+        expected_num_trainable_weights=26,
+    )
 
 
 def test_decoder_stack():
-    run_layer_test(Decoder, {**BLOCK, "num_layers": 2}, (X, MEM), expected_output_shape=(2, 4, 8),
-                   expected_num_trainable_weights=40)
+    run_layer_test(
+        Decoder,
+        {**BLOCK, "num_layers": 2},
+        (X, MEM),
+        expected_output_shape=(2, 4, 8),
+        expected_num_trainable_weights=40,
+    )
 
 
 def test_post_norm_outputs_are_normalized():

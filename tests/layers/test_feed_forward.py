@@ -8,8 +8,11 @@ X = np.random.default_rng(1).normal(size=(2, 5, 8)).astype(np.float32)
 
 def test_feed_forward_layer():
     run_layer_test(
-        PositionwiseFeedForward, {"d_model": 8, "d_ff": 16, "ffn_dropout": 0.0}, (X,),
-        expected_output_shape=(2, 5, 8), expected_num_trainable_weights=4,
+        PositionwiseFeedForward,
+        {"d_model": 8, "d_ff": 16, "ffn_dropout": 0.0},
+        (X,),
+        expected_output_shape=(2, 5, 8),
+        expected_num_trainable_weights=4,
     )
 
 

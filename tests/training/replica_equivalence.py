@@ -58,6 +58,15 @@ two, loss_two = train("mirrored", start)
 diff = max(float(np.max(np.abs(a - b))) for a, b in zip(one.get_weights(), two.get_weights()))
 moved = max(float(np.max(np.abs(a - b))) for a, b in zip(one.get_weights(), start))
 replicas = make_strategy("mirrored").num_replicas_in_sync
-print(json.dumps({"loss_one": loss_one, "loss_two": loss_two, "max_weight_diff": diff,
-                  "max_update": moved, "replicas": replicas}))
+print(
+    json.dumps(
+        {
+            "loss_one": loss_one,
+            "loss_two": loss_two,
+            "max_weight_diff": diff,
+            "max_update": moved,
+            "replicas": replicas,
+        }
+    )
+)
 sys.stdout.flush()

@@ -16,8 +16,13 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 
 
 def test_mirrored_on_two_cpus_equals_one_device():
-    out = subprocess.run([sys.executable, os.path.join(HERE, "replica_equivalence.py")],
-                         capture_output=True, text=True, check=True, cwd=ROOT)
+    out = subprocess.run(
+        [sys.executable, os.path.join(HERE, "replica_equivalence.py")],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    )
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["replicas"] == 2
     assert result["max_update"] > 1e-3  # the step really changed the weights
@@ -47,7 +52,9 @@ def test_gradient_accumulation_equals_one_large_batch():
         model = micro_model(start)
         # plain SGD compares the summed gradients themselves (Adam's first step is ~sign(g),
         # which amplifies float noise on near-zero gradients)
-        model.compile(optimizer=keras.optimizers.SGD(1.0), loss=kt.LabelSmoothedCrossEntropy(), accum_steps=k)
+        model.compile(
+            optimizer=keras.optimizers.SGD(1.0), loss=kt.LabelSmoothedCrossEntropy(), accum_steps=k
+        )
         loss = model.fit(data, epochs=1, verbose=0).history["loss"][0]
         results.append((loss, model.get_weights()))
     (loss1, w1), (loss3, w3) = results
@@ -65,7 +72,9 @@ def test_mixed_precision_training(policy):
     src = rng.integers(4, 50, size=(4, 8)).astype("int32")
     tgt = rng.integers(4, 50, size=(4, 6)).astype("int32")
     src[3] = 0  # a fully padded source row
-    history = model.fit(tf.data.Dataset.from_tensors(((src, tgt), tgt)).repeat(4), epochs=1, verbose=0)
+    history = model.fit(
+        tf.data.Dataset.from_tensors(((src, tgt), tgt)).repeat(4), epochs=1, verbose=0
+    )
     assert np.isfinite(history.history["loss"][0])
     assert all(w.dtype == "float32" for w in model.weights)
     scaled = isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)

@@ -15,17 +15,43 @@ import keras_transformer as kt
 from keras_transformer import run_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TINY = ["--preset", "tiny", "--vocab-size", "500", "--max-length", "32", "--batch-tokens", "512",
-        "--eval-sentences", "8", "--eval-beam-size", "1", "--verbose", "0", "--log-every", "5"]
+TINY = [
+    "--preset",
+    "tiny",
+    "--vocab-size",
+    "500",
+    "--max-length",
+    "32",
+    "--batch-tokens",
+    "512",
+    "--eval-sentences",
+    "8",
+    "--eval-beam-size",
+    "1",
+    "--verbose",
+    "0",
+    "--log-every",
+    "5",
+]
 
 
 def train_cmd(model_dir, data_dir, *extra):
-    return [sys.executable, os.path.join(ROOT, "train.py"), "--data-dir", data_dir,
-            "--model-dir", str(model_dir), *TINY, *extra]
+    return [
+        sys.executable,
+        os.path.join(ROOT, "train.py"),
+        "--data-dir",
+        data_dir,
+        "--model-dir",
+        str(model_dir),
+        *TINY,
+        *extra,
+    ]
 
 
 def run_train(model_dir, data_dir, *extra, env=None, check=True):
-    out = subprocess.run(train_cmd(model_dir, data_dir, *extra), capture_output=True, text=True, env=env, cwd=ROOT)
+    out = subprocess.run(
+        train_cmd(model_dir, data_dir, *extra), capture_output=True, text=True, env=env, cwd=ROOT
+    )
     if check and out.returncode != 0:
         raise AssertionError(out.stderr[-3000:])
     return out
@@ -34,7 +60,9 @@ def run_train(model_dir, data_dir, *extra, env=None, check=True):
 def restored(model_dir, path):
     cfg = kt.TransformerConfig.from_dict(run_dir.read_config(model_dir)["model"])
     model = kt.Transformer(cfg)
-    model.compile(optimizer=kt.paper_optimizer(cfg.d_model, 4000), loss=kt.LabelSmoothedCrossEntropy())
+    model.compile(
+        optimizer=kt.paper_optimizer(cfg.d_model, 4000), loss=kt.LabelSmoothedCrossEntropy()
+    )
     model.optimizer.build(model.trainable_variables)
     tf.train.Checkpoint(model=model, optimizer=model.optimizer).restore(path).expect_partial()
     return model
@@ -44,8 +72,12 @@ def restored(model_dir, path):
 def test_resume_after_sigkill(tmp_path, multi30k_dir):
     model_dir = tmp_path / "run"
     args = ["--train-steps", "60", "--steps-per-epoch", "20", "--checkpoint-every", "10"]
-    proc = subprocess.Popen(train_cmd(model_dir, multi30k_dir, *args), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, cwd=ROOT)
+    proc = subprocess.Popen(
+        train_cmd(model_dir, multi30k_dir, *args),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=ROOT,
+    )
     deadline = time.time() + 300
     while time.time() < deadline and not run_dir.checkpoint_paths(str(model_dir)):
         time.sleep(0.2)
@@ -58,7 +90,9 @@ def test_resume_after_sigkill(tmp_path, multi30k_dir):
     model = restored(str(model_dir), paths[-1])
     assert int(model.optimizer.iterations.numpy()) == killed_at
     schedule = kt.WarmupSchedule(model.config.d_model, 4000)
-    assert float(model.optimizer.learning_rate.numpy()) == pytest.approx(float(schedule(killed_at)), rel=1e-6)
+    assert float(model.optimizer.learning_rate.numpy()) == pytest.approx(
+        float(schedule(killed_at)), rel=1e-6
+    )
 
     out = run_train(model_dir, multi30k_dir, *args)
     assert f"at step {killed_at}" in out.stdout
@@ -90,12 +124,33 @@ def test_multi_worker_two_processes(tmp_path, multi30k_dir):
     workers = [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]
     procs = []
     for index in range(2):
-        env = dict(os.environ, TF_CONFIG=json.dumps({"cluster": {"worker": workers},
-                                                    "task": {"type": "worker", "index": index}}))
-        procs.append(subprocess.Popen(
-            train_cmd(model_dir, multi30k_dir, "--strategy", "multi_worker", "--train-steps", "6",
-                      "--steps-per-epoch", "6", "--checkpoint-every", "3"),
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT))
+        env = dict(
+            os.environ,
+            TF_CONFIG=json.dumps(
+                {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
+            ),
+        )
+        procs.append(
+            subprocess.Popen(
+                train_cmd(
+                    model_dir,
+                    multi30k_dir,
+                    "--strategy",
+                    "multi_worker",
+                    "--train-steps",
+                    "6",
+                    "--steps-per-epoch",
+                    "6",
+                    "--checkpoint-every",
+                    "3",
+                ),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=env,
+                cwd=ROOT,
+            )
+        )
     for proc in procs:
         out, err = proc.communicate(timeout=600)
         assert proc.returncode == 0, err[-3000:]
@@ -130,18 +185,43 @@ def test_bad_input_gives_a_clear_message(tmp_path, case, expected, multi30k_dir)
     src = write(tmp_path / "a.en", ["one", "two", "three"])
     tgt = write(tmp_path / "b.de", ["eins", "zwei"])
     args = {
-        "mismatch": ["--dataset", "files", "--train-src", src, "--train-tgt", tgt,
-                     "--valid-src", src, "--valid-tgt", tgt],
-        "missing": ["--dataset", "files", "--train-src", str(tmp_path / "missing.en"), "--train-tgt", tgt,
-                    "--valid-src", src, "--valid-tgt", tgt],
+        "mismatch": [
+            "--dataset",
+            "files",
+            "--train-src",
+            src,
+            "--train-tgt",
+            tgt,
+            "--valid-src",
+            src,
+            "--valid-tgt",
+            tgt,
+        ],
+        "missing": [
+            "--dataset",
+            "files",
+            "--train-src",
+            str(tmp_path / "missing.en"),
+            "--train-tgt",
+            tgt,
+            "--valid-src",
+            src,
+            "--valid-tgt",
+            tgt,
+        ],
         "no_multi30k": ["--data-dir", str(tmp_path / "empty")],
         "batch_tokens": ["--batch-tokens", "0"],
         "max_length": ["--max-length", "-5"],
         "dataset": ["--dataset", "wmt99"],
     }[case]
     env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache"), KT_OFFLINE="1")
-    out = subprocess.run(train_cmd(tmp_path / "run", multi30k_dir, *args), capture_output=True, text=True,
-                         env=env, cwd=ROOT)
+    out = subprocess.run(
+        train_cmd(tmp_path / "run", multi30k_dir, *args),
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
     assert out.returncode == 2
     assert "Traceback" not in out.stderr
     import re

@@ -75,6 +75,8 @@ class Transformer(keras.Model):
         self.decoder = Decoder(**config.layer_kwargs(), dtype=self.dtype_policy, name="decoder")
 
     def build(self, input_shape=None):
+        if self.built:  # compile() builds; a later build() is a no-op
+            return
         for layer in (self.embedding, self.positional, self.encoder, self.decoder):
             layer.build()
         self.built = True

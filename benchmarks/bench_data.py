@@ -36,7 +36,9 @@ def measure(src: str, tgt: str, spm_model: str, batches: int) -> dict:
     pairs = read_parallel_files(src, tgt)
     scan_s = time.perf_counter() - start
     tokenizer = SubwordTokenizer(spm_model)
-    data = make_batches(pairs.dataset, tokenizer, batch_tokens=4096, max_length=128, seed=0).repeat()
+    data = make_batches(
+        pairs.dataset, tokenizer, batch_tokens=4096, max_length=128, seed=0
+    ).repeat()
     iterator = iter(data)
     for _ in range(20):  # warm-up: fill the shuffle buffer
         next(iterator)
@@ -70,8 +72,12 @@ def write_big(data_dir: str, out_dir: str, pairs: int) -> tuple[str, str]:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-dir", default=os.environ.get("KT_DATA_DIR"), help="folder with Multi30k")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--data-dir", default=os.environ.get("KT_DATA_DIR"), help="folder with Multi30k"
+    )
     parser.add_argument("--big-pairs", type=int, default=4_500_000)
     parser.add_argument("--batches", type=int, default=300)
     parser.add_argument("--child", nargs=3, metavar=("SRC", "TGT", "SPM"), help=argparse.SUPPRESS)
@@ -97,7 +103,16 @@ def main(argv=None) -> None:
             handle.write(train_sentencepiece(sentences, 8000))
 
         def child(a, b):
-            cmd = [sys.executable, __file__, "--child", a, b, spm_model, "--batches", str(args.batches)]
+            cmd = [
+                sys.executable,
+                __file__,
+                "--child",
+                a,
+                b,
+                spm_model,
+                "--batches",
+                str(args.batches),
+            ]
             out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
             return json.loads(out.strip().splitlines()[-1])
 

@@ -21,7 +21,11 @@ def test_notebook_runs(path, multi30k_dir, tmp_path, monkeypatch):
     monkeypatch.setenv("KT_NOTEBOOK_FAST", os.environ.get("KT_NOTEBOOK_FAST", "1"))
     monkeypatch.setenv("KT_DATA_DIR", multi30k_dir)
     book = nbformat.read(path, as_version=4)
-    NotebookClient(book, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
-    outputs = [o for cell in book.cells if cell.cell_type == "code" for o in cell.get("outputs", [])]
+    NotebookClient(
+        book, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    ).execute()
+    outputs = [
+        o for cell in book.cells if cell.cell_type == "code" for o in cell.get("outputs", [])
+    ]
     assert not [o for o in outputs if o.get("output_type") == "error"]
     assert any(o.get("output_type") == "display_data" for o in outputs), "no plot was drawn"

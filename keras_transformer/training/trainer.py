@@ -91,27 +91,22 @@ def validate(args: TrainArgs) -> None:
 
 
 def load_data(args: TrainArgs):
+    """(train, validation) ParallelText from the --dataset flags."""
     files = {
         "train": (args.train_src, args.train_tgt),
         "validation": (args.valid_src, args.valid_tgt),
     }
-    train = load_parallel(
-        args.dataset,
-        "train",
-        args.src_lang,
-        args.tgt_lang,
-        data_dir=args.data_dir,
-        files=files["train"],
+    return tuple(
+        load_parallel(
+            args.dataset,
+            split,
+            args.src_lang,
+            args.tgt_lang,
+            data_dir=args.data_dir,
+            files=files[split],
+        )
+        for split in ("train", "validation")
     )
-    valid = load_parallel(
-        args.dataset,
-        "validation",
-        args.src_lang,
-        args.tgt_lang,
-        data_dir=args.data_dir,
-        files=files["validation"],
-    )
-    return train, valid
 
 
 def get_tokenizer(args: TrainArgs, train, chief: bool) -> SubwordTokenizer:

@@ -68,15 +68,12 @@ class CheckpointEvery(keras.callbacks.Callback):
     its state file, so a run killed mid-save restarts from the previous complete checkpoint.
     """
 
-    def __init__(
-        self, manager, state: StepState, every: int, guard: NonFiniteLossGuard, enabled=True
-    ):
+    def __init__(self, manager, state: StepState, every: int, guard: NonFiniteLossGuard):
         super().__init__()
         self.manager, self.state, self.every, self.guard = manager, state, every, guard
-        self.enabled = enabled
 
     def _save(self):
-        if self.guard.failed_step is not None or not self.enabled:
+        if self.guard.failed_step is not None:  # never save a NaN state over good ones
             return
         step = self.state.step
         if self.manager.latest_checkpoint and self.manager.latest_checkpoint.endswith(f"-{step}"):

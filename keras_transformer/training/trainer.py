@@ -233,7 +233,7 @@ def run(args: TrainArgs) -> dict:
     )
     callbacks = [
         guard,
-        cb.CheckpointEvery(manager, state, args.checkpoint_every, guard, enabled=True),
+        cb.CheckpointEvery(manager, state, args.checkpoint_every, guard),
         metrics,
         keras.callbacks.TensorBoard(
             os.path.join(model_dir, run_dir.LOG_DIR), update_freq=args.log_every
@@ -241,7 +241,7 @@ def run(args: TrainArgs) -> dict:
     ]
     if args.train_steps is not None:
         callbacks.append(cb.StopAtStep(state, args.train_steps))
-    if chief and (args.eval_every or args.eval_sentences >= 0):
+    if chief:
         callbacks.append(
             _bleu_callback(args, model, tokenizer, valid, best_manager, state, metrics)
         )

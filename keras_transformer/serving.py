@@ -20,7 +20,7 @@ import shutil
 import keras
 import tensorflow as tf
 
-from keras_transformer.run_dir import TOKENIZER_FILE, load_trained
+from keras_transformer.run_dir import load_trained
 from keras_transformer.translator import STRINGS, Translator
 
 WARMUP_FILE = "tf_serving_warmup_requests"
@@ -139,7 +139,6 @@ def export_run(
 ) -> str:
     """Load the run in `model_dir` (averaging the last K checkpoints) and export it."""
     model, tokenizer, _ = load_trained(model_dir, average_last=average_last, use_best=use_best)
-    tokenizer.model_asset = tf.saved_model.Asset(os.path.join(model_dir, TOKENIZER_FILE))
     translator = Translator(
         model, tokenizer, beam_size=beam_size, alpha=alpha, max_extra_length=max_extra_length
     )

@@ -247,7 +247,12 @@ def run(args: TrainArgs) -> dict:
         )
     verbose = args.verbose if args.verbose is not None else (1 if sys.stdout.isatty() else 2)
     history = model.fit(
-        data, validation_data=valid_batches, callbacks=callbacks, verbose=verbose, **fit_kwargs
+        data,
+        validation_data=valid_batches,
+        callbacks=callbacks,
+        verbose=verbose,
+        shuffle=False,  # the pipeline shuffles (bounded buffer); Keras can't shuffle a Dataset
+        **fit_kwargs,
     )
     guard.check()
     dropped = int(stats.too_long.numpy())

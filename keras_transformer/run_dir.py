@@ -17,6 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer.config import TransformerConfig
+from keras_transformer.errors import KerasTransformerError
 
 CONFIG_FILE = "config.json"
 TOKENIZER_FILE = "spm.model"
@@ -26,7 +27,7 @@ LOG_DIR = "logs"
 METRICS_FILE = "metrics.jsonl"
 
 
-class RunDirError(ValueError):
+class RunDirError(KerasTransformerError, ValueError):
     """A model directory that is missing something; the message names the path."""
 
 

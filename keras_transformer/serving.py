@@ -20,6 +20,7 @@ import shutil
 import keras
 import tensorflow as tf
 
+from keras_transformer.errors import KerasTransformerError
 from keras_transformer.run_dir import load_trained
 from keras_transformer.translator import STRINGS, Translator
 
@@ -27,7 +28,7 @@ WARMUP_FILE = "tf_serving_warmup_requests"
 WARMUP_SENTENCES = ("A man is riding a bicycle.", "", "Zwei Hunde spielen im Schnee.")
 
 
-class ExportError(ValueError):
+class ExportError(KerasTransformerError, ValueError):
     """A bad export request; the message names the path or flag."""
 
 

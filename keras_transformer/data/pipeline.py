@@ -11,11 +11,12 @@ import dataclasses
 import tensorflow as tf
 
 from keras_transformer.data.tokenizer import BOS_ID, EOS_ID, SubwordTokenizer
+from keras_transformer.errors import KerasTransformerError
 
 TOKENIZE_BATCH = 512
 
 
-class PipelineError(ValueError):
+class PipelineError(KerasTransformerError, ValueError):
     """A bad pipeline setting; the message names the flag."""
 
 

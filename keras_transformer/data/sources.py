@@ -16,12 +16,14 @@ import urllib.request
 
 import tensorflow as tf
 
+from keras_transformer.errors import KerasTransformerError
+
 MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw"
 MULTI30K_SPLITS = {"train": "train", "validation": "val", "test": "test_2016_flickr"}
 DATA_DIR_ENV = "KT_DATA_DIR"
 
 
-class DataError(ValueError):
+class DataError(KerasTransformerError, ValueError):
     """Bad or missing input data; the message names the file, line or flag."""
 
 

@@ -10,8 +10,10 @@ import time
 import keras
 import tensorflow as tf
 
+from keras_transformer.errors import KerasTransformerError
 
-class TrainingError(RuntimeError):
+
+class TrainingError(KerasTransformerError, RuntimeError):
     """Training cannot go on; the message says why and where the last good checkpoint is."""
 
 

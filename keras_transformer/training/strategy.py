@@ -8,11 +8,13 @@ import os
 import keras
 import tensorflow as tf
 
+from keras_transformer.errors import KerasTransformerError
+
 STRATEGIES = ("default", "one_device", "mirrored", "multi_worker", "tpu")
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 
 
-class StrategyError(ValueError):
+class StrategyError(KerasTransformerError, ValueError):
     """A bad --strategy / --precision / --cpu-devices setting."""
 
 

@@ -1,11 +1,15 @@
-"""The layout of a training run's `--model-dir`, shared by training, export and evaluation.
+"""`Run`: the one object that writes and reads a training run's `--model-dir`.
 
-config.json      the resolved configuration: {"model": ..., "training": ..., "data": ...}
-spm.model        the SentencePiece model
-checkpoints/     tf.train.Checkpoint files (model, optimizer, loss scale), newest last
-best/            the checkpoint with the best validation BLEU
-logs/            TensorBoard event files
-metrics.jsonl    one JSON object per logged event
+    config.json      the resolved configuration: {"model": ..., "training": ...}
+    spm.model        the joint SentencePiece model
+    checkpoints/     tf.train.Checkpoint files (model, optimizer, loss scale, data position,
+                     dropout RNG state, best BLEU), newest last
+    best/            the weights with the best validation BLEU
+    logs/            TensorBoard event files
+    metrics.jsonl    one JSON object per logged event
+
+Training (`training.trainer`), export (`serving.export_run`), the notebooks and the tests
+all go through this class, so the layout is written down once.
 """
 
 from __future__ import annotations
@@ -31,59 +35,141 @@ class RunDirError(KerasTransformerError, ValueError):
     """A model directory that is missing something; the message names the path."""
 
 
-def read_config(model_dir: str) -> dict:
-    path = os.path.join(model_dir, CONFIG_FILE)
-    if not os.path.isfile(path):
-        raise RunDirError(f"{path} not found: is {model_dir} a training run's --model-dir?")
-    with open(path, encoding="utf-8") as handle:
-        return json.load(handle)
-
-
-def write_json_atomic(path: str, value) -> None:
-    """Write then rename, so a crash never leaves a half-written file."""
+def write_atomic(path: str, data: bytes | str) -> None:
+    """Write then rename, so that a crash never leaves a half-written file."""
     tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as handle:
-        json.dump(value, handle, indent=2, sort_keys=True)
+    mode = "wb" if isinstance(data, bytes) else "w"
+    with open(tmp, mode, **({} if isinstance(data, bytes) else {"encoding": "utf-8"})) as handle:
+        handle.write(data)
     os.replace(tmp, path)
 
 
-def checkpoint_paths(model_dir: str, subdir: str = CHECKPOINT_DIR) -> list[str]:
-    """Complete checkpoints, oldest first (the state file is only written after a save ends)."""
-    state = tf.train.get_checkpoint_state(os.path.join(model_dir, subdir))
-    if state is None:
-        return []
-    return [p for p in state.all_model_checkpoint_paths if tf.io.gfile.exists(p + ".index")]
+class Run:
+    """A training run directory (see the module docstring for its layout).
 
+    Args:
+        model_dir: the directory; created on the first write.
+    """
 
-def restore_average(model, paths: list[str]) -> None:
-    """Load the mean of the model weights stored in `paths` (paper: last 5 for base)."""
-    if not paths:
-        raise RunDirError("no checkpoint to restore")
-    total = None
-    for path in paths:
-        tf.train.Checkpoint(model=model).restore(path).expect_partial()
-        weights = model.get_weights()
-        total = weights if total is None else [a + b for a, b in zip(total, weights)]
-    model.set_weights([np.asarray(w / len(paths), dtype=w.dtype) for w in total])
+    def __init__(self, model_dir: str):
+        self.model_dir = os.fspath(model_dir)
+
+    def path(self, name: str) -> str:
+        return os.path.join(self.model_dir, name)
+
+    @property
+    def exists(self) -> bool:
+        """True once a configuration has been written (a run to resume or export)."""
+        return os.path.isfile(self.path(CONFIG_FILE))
+
+    # -- configuration and tokenizer --------------------------------------------------------
+
+    def read_config(self) -> dict:
+        path = self.path(CONFIG_FILE)
+        if not os.path.isfile(path):
+            raise RunDirError(f"{path} not found: is {self.model_dir} a training run directory?")
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)
+
+    def write_config(self, config: dict) -> None:
+        os.makedirs(self.model_dir, exist_ok=True)
+        write_atomic(self.path(CONFIG_FILE), json.dumps(config, indent=2, sort_keys=True))
+
+    def model_config(self) -> TransformerConfig:
+        return TransformerConfig.from_dict(self.read_config()["model"])
+
+    def load_tokenizer(self):
+        from keras_transformer.data.tokenizer import SubwordTokenizer
+
+        path = self.path(TOKENIZER_FILE)
+        if not os.path.isfile(path):
+            raise RunDirError(f"{path} not found")
+        return SubwordTokenizer.load(path)
+
+    def save_tokenizer(self, tokenizer) -> None:
+        """Write spm.model and make it the asset that exports of this tokenizer carry."""
+        os.makedirs(self.model_dir, exist_ok=True)
+        write_atomic(self.path(TOKENIZER_FILE), tokenizer.proto)
+        tokenizer.model_asset = tf.saved_model.Asset(self.path(TOKENIZER_FILE))
+
+    # -- checkpoints ------------------------------------------------------------------------
+
+    def checkpoint_manager(self, checkpoint, *, best: bool = False, max_to_keep: int = 5):
+        """A tf.train.CheckpointManager on checkpoints/ (or best/, which keeps one)."""
+        directory = self.path(BEST_DIR if best else CHECKPOINT_DIR)
+        return tf.train.CheckpointManager(
+            checkpoint, directory, max_to_keep=1 if best else max_to_keep
+        )
+
+    def checkpoints(self, *, best: bool = False) -> list[str]:
+        """Complete checkpoints, oldest first.
+
+        CheckpointManager updates its state file only after a save has written every file,
+        so a save killed half-way is never listed; a listed checkpoint whose index file is
+        gone (deleted by hand) is skipped too.
+        """
+        state = tf.train.get_checkpoint_state(self.path(BEST_DIR if best else CHECKPOINT_DIR))
+        if state is None:
+            return []
+        return [p for p in state.all_model_checkpoint_paths if tf.io.gfile.exists(p + ".index")]
+
+    def restore_average(self, model, paths: list[str]) -> None:
+        """Load the mean of the model weights stored in `paths` (paper: the last 5).
+
+        Every checkpoint must hold every weight of `model` with the same shape; one that does
+        not (another configuration, a truncated file) raises RunDirError naming it, instead
+        of silently averaging freshly initialized weights.
+        """
+        if not paths:
+            raise RunDirError(f"no checkpoint to restore in {self.model_dir}")
+        original, total = model.get_weights(), None
+        for path in paths:
+            try:
+                tf.train.Checkpoint(model=model).restore(path).assert_existing_objects_matched()
+            except (AssertionError, ValueError, tf.errors.OpError) as err:
+                model.set_weights(original)  # a failed average leaves the model as it was
+                first = str(err).strip().splitlines()[0][:300]
+                raise RunDirError(f"checkpoint {path} does not match the model: {first}") from None
+            weights = model.get_weights()
+            total = weights if total is None else [a + b for a, b in zip(total, weights)]
+        model.set_weights([np.asarray(w / len(paths), dtype=w.dtype) for w in total])
+
+    def load_model(self, *, average_last: int = 1, best: bool = False):
+        """(model, tokenizer) with restored weights: the best checkpoint, or the mean of the
+        last `average_last` checkpoints."""
+        from keras_transformer.model import Transformer
+
+        if not isinstance(average_last, int) or average_last < 1:
+            raise RunDirError(f"average_last must be a positive integer, got {average_last!r}")
+        config = self.model_config()
+        tokenizer = self.load_tokenizer()
+        model = Transformer(config)
+        model.build()
+        paths = self.checkpoints(best=best)
+        if not paths:
+            raise RunDirError(f"no checkpoint in {self.path(BEST_DIR if best else CHECKPOINT_DIR)}")
+        self.restore_average(model, paths[-average_last:])
+        return model, tokenizer
+
+    # -- metrics ----------------------------------------------------------------------------
+
+    def append_metrics(self, record: dict) -> None:
+        with open(self.path(METRICS_FILE), "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(record) + "\n")
+
+    def read_metrics(self) -> list[dict]:
+        path = self.path(METRICS_FILE)
+        if not os.path.isfile(path):
+            return []
+        with open(path, encoding="utf-8") as handle:
+            return [json.loads(line) for line in handle if line.strip()]
 
 
 def load_trained(model_dir: str, *, average_last: int = 1, use_best: bool = False):
     """(model, tokenizer, run config) from a run directory, with restored weights."""
-    from keras_transformer.data.tokenizer import SubwordTokenizer
-    from keras_transformer.model import Transformer
+    run = Run(model_dir)
+    model, tokenizer = run.load_model(average_last=average_last, best=use_best)
+    return model, tokenizer, run.read_config()
 
-    run = read_config(model_dir)
-    spm_path = os.path.join(model_dir, TOKENIZER_FILE)
-    if not os.path.isfile(spm_path):
-        raise RunDirError(f"{spm_path} not found")
-    tokenizer = SubwordTokenizer.load(spm_path)
-    model = Transformer(TransformerConfig.from_dict(run["model"]))
-    model.build()
-    paths = checkpoint_paths(model_dir, BEST_DIR if use_best else CHECKPOINT_DIR)
-    if not paths:
-        where = os.path.join(model_dir, BEST_DIR if use_best else CHECKPOINT_DIR)
-        raise RunDirError(f"no checkpoint in {where}")
-    if average_last < 1:
-        raise RunDirError(f"--average-last must be >= 1, got {average_last}")
-    restore_average(model, paths[-average_last:])
-    return model, tokenizer, run
+
+__all__ = ["Run", "RunDirError", "load_trained", "write_atomic"]

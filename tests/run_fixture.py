@@ -1,4 +1,5 @@
-"""A small trained run directory, laid out as train.py writes it, for export and serving tests."""
+"""A small trained run directory, written through `Run` as train.py writes it, for export
+and serving tests."""
 
 from __future__ import annotations
 
@@ -9,30 +10,27 @@ import keras
 import tensorflow as tf
 
 import keras_transformer as kt
-from keras_transformer import run_dir
 from keras_transformer.data import (
     SubwordTokenizer,
     load_parallel,
     make_batches,
     train_sentencepiece,
 )
+from keras_transformer.run_dir import Run
+from keras_transformer.training.step import TrainingModel
 
 
 def make_run(model_dir: str, multi30k_dir: str, steps: int = 30, vocab_size: int = 600) -> str:
-    os.makedirs(model_dir, exist_ok=True)
+    run = Run(model_dir)
     sentences = []
     for name in ("train.en.gz", "train.de.gz"):
         with gzip.open(os.path.join(multi30k_dir, name), "rt", encoding="utf-8") as handle:
             sentences += [line.strip() for _, line in zip(range(3000), handle)]
-    spm_path = os.path.join(model_dir, run_dir.TOKENIZER_FILE)
     tokenizer = SubwordTokenizer(train_sentencepiece(sentences, vocab_size))
-    tokenizer.save(spm_path)
+    run.save_tokenizer(tokenizer)
     cfg = kt.TransformerConfig.preset("tiny", vocab_size=tokenizer.vocab_size, max_length=64)
-    run_dir.write_json_atomic(
-        os.path.join(model_dir, run_dir.CONFIG_FILE),
-        {"model": cfg.to_dict(), "training": {}, "data": {}},
-    )
-    model = kt.Transformer(cfg)
+    run.write_config({"model": cfg.to_dict(), "training": {}})
+    model = TrainingModel(kt.Transformer(cfg))
     model.compile(
         optimizer=kt.paper_optimizer(cfg.d_model, 50, scale=2.0),
         loss=kt.LabelSmoothedCrossEntropy(),
@@ -40,10 +38,8 @@ def make_run(model_dir: str, multi30k_dir: str, steps: int = 30, vocab_size: int
     pairs = load_parallel("multi30k", "validation", "en", "de", data_dir=multi30k_dir)
     data = make_batches(pairs.dataset, tokenizer, batch_tokens=1024, max_length=64).repeat()
     model.fit(data, steps_per_epoch=steps, epochs=1, verbose=0)
-    manager = tf.train.CheckpointManager(
-        tf.train.Checkpoint(model=model, optimizer=model.optimizer),
-        os.path.join(model_dir, run_dir.CHECKPOINT_DIR),
-        max_to_keep=5,
+    manager = run.checkpoint_manager(
+        tf.train.Checkpoint(model=model.transformer, optimizer=model.optimizer)
     )
     manager.save(checkpoint_number=steps)
     keras.backend.clear_session(free_memory=False)

@@ -1,3 +1,4 @@
+import json
 import os
 
 import numpy as np
@@ -5,40 +6,73 @@ import pytest
 import tensorflow as tf
 
 import keras_transformer as kt
-from keras_transformer import run_dir
+from keras_transformer.run_dir import Run, RunDirError, load_trained
+
+
+def tiny_model(**overrides):
+    model = kt.Transformer(kt.TransformerConfig.preset("tiny", vocab_size=30, **overrides))
+    model.build()
+    return model
 
 
 def test_average_of_checkpoints_is_the_mean_of_weights(tmp_path):
-    model = kt.Transformer(kt.TransformerConfig.preset("tiny", vocab_size=30))
-    model.build()
-    manager = tf.train.CheckpointManager(
-        tf.train.Checkpoint(model=model), str(tmp_path / "checkpoints"), 5
-    )
+    run = Run(str(tmp_path))
+    model = tiny_model()
+    manager = run.checkpoint_manager(tf.train.Checkpoint(model=model))
     snapshots = []
     for step in (1, 2, 3):
         model.set_weights([w + step for w in model.get_weights()])
         snapshots.append(model.get_weights())
         manager.save(checkpoint_number=step)
-    paths = run_dir.checkpoint_paths(str(tmp_path))
+    paths = run.checkpoints()
     assert [p.rsplit("-", 1)[1] for p in paths] == ["1", "2", "3"]
-    run_dir.restore_average(model, paths[-2:])
+    run.restore_average(model, paths[-2:])
     for got, a, b in zip(model.get_weights(), snapshots[1], snapshots[2]):
         np.testing.assert_allclose(got, (a + b) / 2, rtol=1e-6)
 
 
-def test_half_written_checkpoint_is_ignored(tmp_path):
-    model = kt.Transformer(kt.TransformerConfig.preset("tiny", vocab_size=30))
-    model.build()
-    manager = tf.train.CheckpointManager(
-        tf.train.Checkpoint(model=model), str(tmp_path / "checkpoints"), 5
-    )
+def test_averaging_refuses_a_checkpoint_of_another_model(tmp_path):
+    run = Run(str(tmp_path))
+    small = tiny_model(num_layers=1)
+    run.checkpoint_manager(tf.train.Checkpoint(model=small)).save(checkpoint_number=1)
+    model = tiny_model()  # 2 layers: the checkpoint lacks layer_1
+    before = model.get_weights()
+    with pytest.raises(RunDirError, match=r"checkpoint .*ckpt-1 does not match the model"):
+        run.restore_average(model, run.checkpoints())
+    for a, b in zip(model.get_weights(), before):  # nothing half-restored was averaged in
+        np.testing.assert_array_equal(a, b)
+
+
+def test_half_written_or_deleted_checkpoints_are_ignored(tmp_path):
+    run = Run(str(tmp_path))
+    manager = run.checkpoint_manager(tf.train.Checkpoint(model=tiny_model()))
     manager.save(checkpoint_number=1)
+    manager.save(checkpoint_number=2)
     # a save killed before its state-file update leaves files the state does not list
-    with open(os.path.join(tmp_path, "checkpoints", "ckpt-2.data-00000-of-00001"), "wb") as handle:
-        handle.write(b"partial")
-    assert run_dir.checkpoint_paths(str(tmp_path))[-1].endswith("ckpt-1")
+    with open(os.path.join(run.path("checkpoints"), "ckpt-3.data-00000-of-00001"), "wb") as f:
+        f.write(b"partial")
+    # a listed checkpoint whose index file is gone (deleted, or a copy that stopped half-way)
+    os.remove(os.path.join(run.path("checkpoints"), "ckpt-2.index"))
+    assert [p.rsplit("-", 1)[1] for p in run.checkpoints()] == ["1"]
+
+
+def test_config_and_tokenizer_round_trip_atomically(tmp_path):
+    run = Run(str(tmp_path / "run"))
+    assert not run.exists
+    run.write_config({"model": kt.TransformerConfig.preset("tiny").to_dict(), "training": {}})
+    assert run.exists and run.model_config() == kt.TransformerConfig.preset("tiny")
+    assert not [n for n in os.listdir(run.model_dir) if n.endswith(".tmp")]
+    run.append_metrics({"step": 1, "loss": 2.0})
+    run.append_metrics({"step": 2, "loss": 1.5})
+    assert [r["step"] for r in run.read_metrics()] == [1, 2]
+    with open(run.path("config.json")) as handle:
+        assert json.load(handle)["model"]["d_model"] == 64
 
 
 def test_missing_pieces_are_named(tmp_path):
-    with pytest.raises(run_dir.RunDirError, match="config.json not found"):
-        run_dir.load_trained(str(tmp_path))
+    with pytest.raises(RunDirError, match="config.json not found"):
+        load_trained(str(tmp_path))
+    run = Run(str(tmp_path))
+    run.write_config({"model": kt.TransformerConfig.preset("tiny").to_dict(), "training": {}})
+    with pytest.raises(RunDirError, match="spm.model not found"):
+        run.load_model()

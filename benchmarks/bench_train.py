@@ -95,6 +95,7 @@ def run_one(workload: str, impl: str, steps: int, warmup: int) -> dict:
     import tensorflow as tf
 
     import keras_transformer as kt
+    from keras_transformer.training.step import TrainingModel
 
     spec = WORKLOADS[workload]
     cfg = kt.TransformerConfig.preset(spec["preset"], vocab_size=spec["vocab_size"])
@@ -105,7 +106,9 @@ def run_one(workload: str, impl: str, steps: int, warmup: int) -> dict:
     tgt = rng.integers(4, cfg.vocab_size, size=(b, t + 1)).astype("int32")
     data = tf.data.Dataset.from_tensors(((src, tgt[:, :-1]), tgt[:, 1:])).repeat().prefetch(2)
 
-    model = kt.Transformer(cfg) if impl == "ours" else build_baseline(cfg)
+    # ours: what train.py runs (the Transformer inside TrainingModel's token-level step)
+    net = kt.Transformer(cfg) if impl == "ours" else build_baseline(cfg)
+    model = TrainingModel(net) if impl == "ours" else net
     model.compile(
         optimizer=kt.paper_optimizer(cfg.d_model),
         loss=kt.LabelSmoothedCrossEntropy(cfg.label_smoothing),
@@ -126,7 +129,7 @@ def run_one(workload: str, impl: str, steps: int, warmup: int) -> dict:
     return {
         "workload": workload,
         "impl": impl,
-        "params": int(model.count_params()),
+        "params": int(net.count_params()),
         "step_s_median": round(step_s, 4),
         "target_tokens_per_s": round(b * t / step_s, 1),
         "model_gflops_per_s": round(flops / step_s / 1e9, 1),

@@ -14,7 +14,6 @@ from keras_transformer.layers import (
     SharedEmbedding,
     masks,
 )
-from keras_transformer.losses import LabelSmoothedCrossEntropy
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -37,10 +36,9 @@ class Transformer(keras.Model):
         >>> model((tf.ones([2, 5], tf.int32), tf.ones([2, 4], tf.int32))).shape
         TensorShape([2, 4, 100])
 
-    Training with `fit`: compile with `LabelSmoothedCrossEntropy`; `train_step` divides the
-    token-loss sum by the real tokens of the global batch (all replicas) and, with
-    `compile(..., accum_steps=k)`, splits every batch into k micro-batches whose gradients
-    are summed before one update.
+    Training: `compile(loss=LabelSmoothedCrossEntropy(), ...)` and Keras' own `fit` work as
+    for any Keras model; `train.py` wraps the model in `training.TrainingModel`, which
+    normalizes the loss by the real tokens of the global batch and accumulates gradients.
     """
 
     def __init__(self, config: TransformerConfig | dict | None = None, **kwargs):
@@ -50,7 +48,6 @@ class Transformer(keras.Model):
         if isinstance(config, dict):
             config = TransformerConfig.from_dict(config)
         self.config = config
-        self.accum_steps = 1
         self.embedding = SharedEmbedding(
             vocab_size=config.vocab_size,
             d_model=config.d_model,
@@ -75,7 +72,7 @@ class Transformer(keras.Model):
         self.decoder = Decoder(**config.layer_kwargs(), dtype=self.dtype_policy, name="decoder")
 
     def build(self, input_shape=None):
-        if self.built:  # compile() builds; a later build() is a no-op
+        if self.built:  # a later build() is a no-op
             return
         for layer in (self.embedding, self.positional, self.encoder, self.decoder):
             layer.build()
@@ -170,100 +167,6 @@ class Transformer(keras.Model):
         logits = self.embedding.logits(x)[:, 0, :]
         return logits, {"decoder": self_cache, "static": cache["static"]}
 
-    # -- training --------------------------------------------------------------------------
-
-    def compile(self, *args, accum_steps: int = 1, **kwargs):
-        """`keras.Model.compile`, plus `accum_steps` micro-batches per update (default 1)."""
-        if not isinstance(accum_steps, int) or accum_steps < 1:
-            raise ValueError(f"accum_steps must be a positive integer, got {accum_steps!r}")
-        self.accum_steps = accum_steps
-        if not self.built:
-            self.build()  # so that fit() creates the optimizer variables outside the step
-        super().compile(*args, **kwargs)
-
-    def get_compile_config(self):
-        config = super().get_compile_config()
-        if config is not None:
-            config = {**config, "accum_steps": self.accum_steps}
-        return config
-
-    def compile_from_config(self, config):
-        from keras.saving import deserialize_keras_object
-
-        self.compile(**deserialize_keras_object(config))  # accum_steps travels in the config
-        if self.built:
-            self.optimizer.build(self.trainable_variables)
-
-    def _token_loss(self):
-        if not isinstance(self.loss, LabelSmoothedCrossEntropy):
-            raise ValueError(
-                "Transformer.fit needs compile(loss=keras_transformer.LabelSmoothedCrossEntropy(...)), "
-                f"got {self.loss!r}"
-            )
-        return self.loss
-
-    def train_step(self, data):
-        (source_ids, target_in_ids), target_out_ids = data[:2] if isinstance(data, tuple) else data
-        loss_fn = self._token_loss()
-        local_tokens = tf.reduce_sum(tf.cast(tf.not_equal(target_out_ids, 0), tf.float32))
-        global_tokens = tf.maximum(_all_reduce_sum(local_tokens), 1.0)
-        variables = self.trainable_variables
-        k = self.accum_steps
-        summed, loss_total = None, 0.0
-        for i in range(k):  # static loop: micro-batch i takes rows i, i+k, i+2k, ...
-            src, tgt_in, tgt_out = (
-                (source_ids, target_in_ids, target_out_ids)
-                if k == 1
-                else (source_ids[i::k], target_in_ids[i::k], target_out_ids[i::k])
-            )
-            with tf.GradientTape() as tape:
-                logits = self((src, tgt_in), training=True)
-                loss_sum, _ = loss_fn.sum_and_count(tgt_out, logits)
-                scaled = self.optimizer.scale_loss(loss_sum / global_tokens)
-            # dense gradients: the embedding's IndexedSlices (one per lookup) cannot be
-            # all-reduced across replicas whose batches differ in shape
-            grads = [tf.convert_to_tensor(g) for g in tape.gradient(scaled, variables)]
-            summed = grads if summed is None else [a + b for a, b in zip(summed, grads)]
-            loss_total += loss_sum
-            self._update_token_metrics(tgt_out, logits)
-        self.optimizer.apply(summed, variables)
-        return self._record_loss(loss_total, local_tokens)
-
-    def test_step(self, data):
-        (source_ids, target_in_ids), target_out_ids = data[:2] if isinstance(data, tuple) else data
-        logits = self((source_ids, target_in_ids), training=False)
-        loss_sum, count = self._token_loss().sum_and_count(target_out_ids, logits)
-        self._update_token_metrics(target_out_ids, logits)
-        return self._record_loss(loss_sum, count)
-
-    def _maybe_symbolic_build(self, iterator=None, data_batch=None):
-        # Keras takes a sample batch by reducing a distributed batch with MEAN, which fails
-        # when replicas hold different numbers of rows (token-budget batches rarely split
-        # evenly). Take the first replica's rows instead.
-        if iterator is not None and self._distribute_strategy is not None:
-            local = self._distribute_strategy.experimental_local_results
-            for _, _, it in iterator:
-                data_batch = tf.nest.map_structure(
-                    lambda x: local(x)[0] if isinstance(x, tf.distribute.DistributedValues) else x,
-                    next(it),
-                )
-                break
-        return super()._maybe_symbolic_build(data_batch=data_batch)
-
-    def _update_token_metrics(self, y_true, logits):
-        if getattr(self, "_compile_metrics", None) is not None:
-            self._compile_metrics.update_state(y_true, logits)
-
-    def _record_loss(self, loss_sum, tokens):
-        # per-token mean, weighted by tokens so replicas aggregate to the global mean
-        self._loss_tracker.update_state(loss_sum / tf.maximum(tokens, 1.0), sample_weight=tokens)
-        results = self.get_metrics_result()
-        if isinstance(self.distribute_strategy, tf.distribute.MultiWorkerMirroredStrategy):
-            # Keras reduces step outputs of multi-worker runs with reduce(MEAN, axis=0),
-            # which needs a leading axis: give each scalar one, the reduction removes it
-            results = tf.nest.map_structure(lambda v: tf.reshape(v, [1]), results)
-        return results
-
     def get_config(self):
         return {**super().get_config(), "config": self.config.to_dict()}
 
@@ -271,10 +174,3 @@ class Transformer(keras.Model):
     def from_config(cls, config):
         return cls(**config)
 
-
-def _all_reduce_sum(value):
-    """Sum over replicas inside a distribution strategy; identity outside one."""
-    context = tf.distribute.get_replica_context()
-    if context is None or context.num_replicas_in_sync == 1:
-        return value
-    return context.all_reduce(tf.distribute.ReduceOp.SUM, value)

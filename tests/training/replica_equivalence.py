@@ -14,6 +14,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+from keras_transformer.training.step import TrainingModel  # noqa: E402
 from keras_transformer.training.strategy import make_strategy, set_precision, split_cpu  # noqa: E402
 
 split_cpu(2)
@@ -40,14 +41,15 @@ def train(strategy_name, weights):
     strategy = make_strategy(strategy_name)
     with strategy.scope():
         cfg = kt.TransformerConfig.preset("tiny", vocab_size=60, dropout_rate=0.0)
-        model = kt.Transformer(cfg)
-        model.build()
+        transformer = kt.Transformer(cfg)
+        transformer.build()
         if weights is not None:
-            model.set_weights(weights)
+            transformer.set_weights(weights)
+        model = TrainingModel(transformer)
         model.compile(optimizer=keras.optimizers.SGD(1.0), loss=kt.LabelSmoothedCrossEntropy())
     data = tf.data.Dataset.from_tensors(batch())
     history = model.fit(data, epochs=1, verbose=0)
-    return model, history.history["loss"][0]
+    return transformer, history.history["loss"][0]
 
 
 initial = kt.Transformer(kt.TransformerConfig.preset("tiny", vocab_size=60, dropout_rate=0.0))

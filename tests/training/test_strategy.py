@@ -9,6 +9,7 @@ import pytest
 import tensorflow as tf
 
 import keras_transformer as kt
+from keras_transformer.training.step import TrainingModel
 from keras_transformer.training.strategy import StrategyError, make_strategy, set_precision
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -49,14 +50,12 @@ def test_gradient_accumulation_equals_one_large_batch():
     start = micro_model().get_weights()
     results = []
     for k in (1, 3):
-        model = micro_model(start)
+        model = TrainingModel(micro_model(start), accum_steps=k)
         # plain SGD compares the summed gradients themselves (Adam's first step is ~sign(g),
         # which amplifies float noise on near-zero gradients)
-        model.compile(
-            optimizer=keras.optimizers.SGD(1.0), loss=kt.LabelSmoothedCrossEntropy(), accum_steps=k
-        )
+        model.compile(optimizer=keras.optimizers.SGD(1.0), loss=kt.LabelSmoothedCrossEntropy())
         loss = model.fit(data, epochs=1, verbose=0).history["loss"][0]
-        results.append((loss, model.get_weights()))
+        results.append((loss, model.transformer.get_weights()))
     (loss1, w1), (loss3, w3) = results
     assert loss3 == pytest.approx(loss1, abs=1e-5)
     assert max(np.max(np.abs(a - b)) for a, b in zip(w1, w3)) < 1e-5
@@ -66,7 +65,7 @@ def test_gradient_accumulation_equals_one_large_batch():
 @pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
 def test_mixed_precision_training(policy):
     set_precision(policy)
-    model = micro_model()
+    model = TrainingModel(micro_model())
     model.compile(optimizer=kt.paper_optimizer(64, 10), loss=kt.LabelSmoothedCrossEntropy())
     rng = np.random.default_rng(2)
     src = rng.integers(4, 50, size=(4, 8)).astype("int32")
@@ -76,11 +75,39 @@ def test_mixed_precision_training(policy):
         tf.data.Dataset.from_tensors(((src, tgt), tgt)).repeat(4), epochs=1, verbose=0
     )
     assert np.isfinite(history.history["loss"][0])
-    assert all(w.dtype == "float32" for w in model.weights)
+    assert all(w.dtype == "float32" for w in model.transformer.weights)
     scaled = isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
     assert scaled == (policy == "mixed_float16")
+    steps = int(model.optimizer.iterations.numpy())
+    assert int(model.data_position.numpy()) == 4
     if scaled:
-        assert float(model.optimizer.dynamic_scale.numpy()) > 1.0
+        # every skipped (non-finite) step halves the scale; 4 finite steps leave it at 2^15
+        # (it doubles only after 2000 finite steps in a row)
+        skipped = 4 - steps
+        assert float(model.optimizer.dynamic_scale.numpy()) == 2.0**15 / 2**skipped
+        assert steps >= 1
+    else:
+        assert steps == 4
+
+
+def test_float16_overflow_on_one_replica_skips_the_step_everywhere():
+    out = subprocess.run(
+        [sys.executable, os.path.join(HERE, "replica_overflow.py")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["replicas"] == 2
+    # step 1 (finite everywhere) is applied; step 2 overflows on replica 1 only: skipped
+    assert result["iterations"] == [1, 1]
+    assert result["data_position"] == 2
+    assert result["loss_scale"] == [2.0**14, 2.0**14]  # halved on both replicas
+    assert result["changed_by_step_1"] > 0  # the finite step really moved the weights
+    assert result["changed_by_step_2"] == 0.0  # every replica's copy is unchanged...
+    assert result["finite"]  # ...and finite
+    assert result["replicas_agree"]
 
 
 def test_bad_strategy_settings():

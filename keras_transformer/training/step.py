@@ -1,0 +1,185 @@
+"""The training step that `train.py` runs through `fit`: `TrainingModel` wraps a Transformer.
+
+The paper's model (`keras_transformer.Transformer`) stays a plain `keras.Model`: compiled
+with `LabelSmoothedCrossEntropy` it trains with Keras' own `fit` (the notebooks do this).
+`TrainingModel` adds what multi-device training needs on top:
+
+- the loss of every step is the sum over real target tokens divided by the real tokens of
+  the *global* batch (all replicas), so N replicas or k accumulation steps give exactly
+  the one-device update on the same global batch (Keras' default divides per replica);
+- `accum_steps` micro-batches per update (Keras 3's `gradient_accumulation_steps` fails
+  under MirroredStrategy);
+- with float16 loss scaling, replicas agree on skipping a step (see `_agree_on_finite`);
+- `data_position` counts the batches consumed (skipped float16 steps included), which is
+  where a resumed run restarts its data.
+
+Every workaround for a Keras internal lives in this file, each with the reason.
+"""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+from keras_transformer.errors import KerasTransformerError
+from keras_transformer.losses import LabelSmoothedCrossEntropy
+
+
+def all_reduce_sum(value):
+    """Sum over replicas inside a distribution strategy; identity outside one."""
+    context = tf.distribute.get_replica_context()
+    if context is None or context.num_replicas_in_sync == 1:
+        return value
+    return context.all_reduce(tf.distribute.ReduceOp.SUM, value)
+
+
+class TrainingModel(keras.Model):
+    """`fit` driver for a sequence-to-sequence model trained with a token-level loss.
+
+    Args:
+        model: a built `Transformer` (anything mapping `(source_ids, target_in_ids)` to
+            (B, T, V) logits).
+        accum_steps: k micro-batches per update: batch rows i, i+k, i+2k, ... form
+            micro-batch i; their gradients are summed before one optimizer step.
+
+    Compile with `loss=LabelSmoothedCrossEntropy(...)`. Datasets yield
+    `((source_ids (B, S), target_in_ids (B, T)), target_out_ids (B, T))`.
+    """
+
+    def __init__(self, model: keras.Model, *, accum_steps: int = 1, **kwargs):
+        super().__init__(**kwargs)
+        if not isinstance(accum_steps, int) or accum_steps < 1:
+            raise KerasTransformerError(
+                f"accum_steps must be a positive integer, got {accum_steps!r}"
+            )
+        self.transformer = model
+        self.accum_steps = accum_steps
+        self.data_position = self.add_weight(
+            shape=(),
+            dtype="int64",
+            initializer="zeros",
+            trainable=False,
+            aggregation="only_first_replica",
+            name="data_position",
+        )
+        if not model.built:
+            model.build()
+        self.built = True
+
+    def call(self, inputs, training=None):
+        return self.transformer(inputs, training=training)
+
+    def _token_loss(self) -> LabelSmoothedCrossEntropy:
+        if not isinstance(self.loss, LabelSmoothedCrossEntropy):
+            raise KerasTransformerError(
+                "TrainingModel needs compile(loss=keras_transformer.LabelSmoothedCrossEntropy()), "
+                f"got {self.loss!r}"
+            )
+        return self.loss
+
+    # -- the step ---------------------------------------------------------------------------
+
+    def train_step(self, data):
+        (source_ids, target_in_ids), target_out_ids = data[:2]
+        local_tokens = tf.reduce_sum(tf.cast(tf.not_equal(target_out_ids, 0), tf.float32))
+        global_tokens = tf.maximum(all_reduce_sum(local_tokens), 1.0)
+        grads, loss_sum = self.compute_gradients(
+            source_ids, target_in_ids, target_out_ids, global_tokens
+        )
+        grads = self._agree_on_finite(grads)
+        self.optimizer.apply(grads, self.transformer.trainable_variables)
+        self.data_position.assign_add(1)
+        return self._record_loss(loss_sum, local_tokens)
+
+    def compute_gradients(self, source_ids, target_in_ids, target_out_ids, global_tokens):
+        """Summed gradients of this replica's micro-batches, loss already divided by the
+        global token count and multiplied by the loss scale; returns (grads, loss sum)."""
+        loss_fn = self._token_loss()
+        variables = self.transformer.trainable_variables
+        k = self.accum_steps
+        summed, loss_total = None, 0.0
+        for i in range(k):  # a static loop: micro-batch i takes rows i, i+k, i+2k, ...
+            rows = slice(None) if k == 1 else slice(i, None, k)
+            src, tgt_in, tgt_out = source_ids[rows], target_in_ids[rows], target_out_ids[rows]
+            with tf.GradientTape() as tape:
+                logits = self.transformer((src, tgt_in), training=True)
+                loss_sum, _ = loss_fn.sum_and_count(tgt_out, logits)
+                scaled = self.optimizer.scale_loss(loss_sum / global_tokens)
+            # dense gradients: the embedding's IndexedSlices (one per lookup) cannot be
+            # all-reduced across replicas whose batches differ in shape
+            grads = [tf.convert_to_tensor(g) for g in tape.gradient(scaled, variables)]
+            summed = grads if summed is None else [a + b for a, b in zip(summed, grads)]
+            loss_total += loss_sum
+            self._update_token_metrics(tgt_out, logits)
+        return summed, loss_total
+
+    def test_step(self, data):
+        (source_ids, target_in_ids), target_out_ids = data[:2]
+        logits = self.transformer((source_ids, target_in_ids), training=False)
+        loss_sum, count = self._token_loss().sum_and_count(target_out_ids, logits)
+        self._update_token_metrics(target_out_ids, logits)
+        return self._record_loss(loss_sum, count)
+
+    def _update_token_metrics(self, y_true, logits):
+        for metric in self.metrics:
+            if metric.name != "loss":
+                metric.update_state(y_true, logits)
+
+    def _record_loss(self, loss_sum, tokens):
+        for metric in self.metrics:
+            if metric.name == "loss":  # per-token mean, token-weighted across replicas
+                metric.update_state(loss_sum / tf.maximum(tokens, 1.0), sample_weight=tokens)
+        results = self.get_metrics_result()
+        if isinstance(self.distribute_strategy, tf.distribute.MultiWorkerMirroredStrategy):
+            # Keras workaround: keras/src/backend/tensorflow/trainer.py reduces the step
+            # outputs of multi-worker runs with `concat` + reduce(MEAN, axis=0), which needs a
+            # leading axis; give each scalar one, the reduction removes it again.
+            results = tf.nest.map_structure(lambda v: tf.reshape(v, [1]), results)
+        return results
+
+    # -- Keras workarounds ------------------------------------------------------------------
+
+    def _agree_on_finite(self, grads):
+        """With float16 loss scaling on several replicas, make every replica see non-finite
+        gradients when any replica has them.
+
+        Keras workaround: `LossScaleOptimizer._tf_apply` (keras/src/optimizers/
+        loss_scale_optimizer.py, merge-call path, taken by MirroredStrategy) decides
+        "gradients finite?" from replica 0's gradients *before* the all-reduce, which happens
+        later inside the inner optimizer; with MultiWorkerMirroredStrategy (no merge call)
+        each replica decides alone. An overflow on replica 1 only would then be all-reduced
+        into the weights and the loss scale would not drop. One scalar all-reduce of "any
+        non-finite?" and a NaN added to one gradient where it is true makes every replica's
+        check see the global answer; the gradients themselves are all-reduced once, as usual.
+        """
+        context = tf.distribute.get_replica_context()
+        if (
+            not isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer)
+            or context is None
+            or context.num_replicas_in_sync == 1
+        ):
+            return grads
+        local_bad = tf.cast(tf.logical_not(self.optimizer.check_finite(grads)), tf.float32)
+        any_bad = all_reduce_sum(local_bad) > 0.0
+        poison = tf.where(any_bad, float("nan"), 0.0)
+        smallest = min(range(len(grads)), key=lambda i: grads[i].shape.num_elements() or 0)
+        grads = list(grads)
+        grads[smallest] = grads[smallest] + tf.cast(poison, grads[smallest].dtype)
+        return grads
+
+    def _maybe_symbolic_build(self, iterator=None, data_batch=None):
+        # Keras workaround: keras/src/backend/tensorflow/trainer.py takes a sample batch by
+        # reducing a distributed batch with MEAN, which fails when replicas hold different
+        # numbers of rows (token-budget batches rarely split evenly). Take replica 0's rows.
+        if iterator is not None and self._distribute_strategy is not None:
+            local = self._distribute_strategy.experimental_local_results
+            for _, _, it in iterator:
+                data_batch = tf.nest.map_structure(
+                    lambda x: local(x)[0] if isinstance(x, tf.distribute.DistributedValues) else x,
+                    next(it),
+                )
+                break
+        return super()._maybe_symbolic_build(data_batch=data_batch)
+
+
+__all__ = ["TrainingModel", "all_reduce_sum"]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import time
@@ -28,11 +27,10 @@ def _scalars(logs) -> dict:
 
 
 class StepState:
-    """The optimizer step and a tracked epoch counter (restored with the checkpoint)."""
+    """The optimizer step: the number of updates applied (skipped float16 steps excluded)."""
 
     def __init__(self, model):
         self.model = model
-        self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
 
     @property
     def step(self) -> int:
@@ -87,7 +85,6 @@ class CheckpointEvery(keras.callbacks.Callback):
             self._save()
 
     def on_epoch_end(self, epoch, logs=None):
-        self.state.epoch.assign(epoch + 1)
         self._save()
 
 
@@ -106,9 +103,9 @@ class StopAtStep(keras.callbacks.Callback):
 class MetricsLogger(keras.callbacks.Callback):
     """Appends one JSON object per event to metrics.jsonl (step, epoch, loss, lr, val_*)."""
 
-    def __init__(self, path: str, state: StepState, every: int = 100, enabled: bool = True):
+    def __init__(self, run, state: StepState, every: int = 100, enabled: bool = True):
         super().__init__()
-        self.path, self.state, self.every, self.enabled = path, state, every, enabled
+        self.run, self.state, self.every, self.enabled = run, state, every, enabled
         self.start = time.time()
         self.epoch = 0
 
@@ -124,8 +121,7 @@ class MetricsLogger(keras.callbacks.Callback):
         }
         lr = self.model.optimizer.learning_rate
         record["learning_rate"] = float(lr.numpy() if hasattr(lr, "numpy") else lr)
-        with open(self.path, "a", encoding="utf-8") as handle:
-            handle.write(json.dumps(record) + "\n")
+        self.run.append_metrics(record)
 
     def on_epoch_begin(self, epoch, logs=None):
         self.epoch = epoch
@@ -141,9 +137,15 @@ class MetricsLogger(keras.callbacks.Callback):
 class BleuEvaluation(keras.callbacks.Callback):
     """sacreBLEU on the validation set every `every` steps (and at each epoch end).
 
-    Keeps the best checkpoint in `best_manager`, logs `val_bleu` (TensorBoard and
+    Keeps the best weights in `best_manager`, logs `val_bleu` (TensorBoard and
     metrics.jsonl) and stops training after `patience` evaluations without improvement
-    (0: never stops early).
+    (0: never stops early). The best score and the count of evaluations without gain are
+    variables (`self.progress`), saved with the training checkpoints, so a resumed run
+    neither overwrites `best/` with a worse model nor forgets its patience.
+
+    In a multi-worker run every worker holds this callback; only the chief translates
+    (`translate_fn` is None elsewhere), and the decision to stop is a collective, so every
+    worker stops at the same step.
     """
 
     def __init__(
@@ -159,15 +161,23 @@ class BleuEvaluation(keras.callbacks.Callback):
         log_dir: str | None,
         patience: int = 0,
         batch_size: int = 64,
+        strategy: tf.distribute.Strategy | None = None,
     ):
         super().__init__()
         self.translate_fn, self.sources, self.references = translate_fn, sources, references
         self.every, self.best_manager, self.state = every, best_manager, state
         self.metrics, self.patience, self.batch_size = metrics, patience, batch_size
+        self.strategy = strategy
         self.writer = (
-            tf.summary.create_file_writer(os.path.join(log_dir, "validation")) if log_dir else None
+            tf.summary.create_file_writer(os.path.join(log_dir, "validation"))
+            if log_dir and translate_fn is not None
+            else None
         )
-        self.best, self.bad_evals, self.last_step = -1.0, 0, -1
+        self.progress = tf.Module(name="bleu_progress")
+        self.progress.best = tf.Variable(-1.0, trainable=False, name="best_bleu")
+        self.progress.best_step = tf.Variable(-1, dtype=tf.int64, trainable=False, name="best_step")
+        self.progress.bad_evals = tf.Variable(0, dtype=tf.int64, trainable=False, name="bad_evals")
+        self.last_step, self.last_bleu, self.stopped_early = -1, None, False
 
     def evaluate(self) -> dict:
         from keras_transformer.evaluation import score
@@ -178,29 +188,40 @@ class BleuEvaluation(keras.callbacks.Callback):
             hypotheses += [t.decode("utf-8") for t in out["outputs"].numpy()]
         return score(hypotheses, self.references)
 
-    def _run(self, logs):
+    def _judge(self, logs) -> bool:
+        """Evaluate (chief) and return True when patience has run out."""
         step = self.state.step
-        if step == self.last_step:
-            return
-        self.last_step = step
-        result = self.evaluate()
-        bleu = result["bleu"]
+        bleu = self.evaluate()["bleu"] if self.translate_fn is not None else None
+        if bleu is None:
+            return False
+        self.last_bleu = bleu
         if logs is not None:
             logs["val_bleu"] = bleu
         if self.writer:
             with self.writer.as_default():
                 tf.summary.scalar("bleu", bleu, step=step)
-        self.metrics.write("bleu", {"val_bleu": bleu, "val_chrf": result["chrf"]})
-        print(f"\nstep {step}: val BLEU {bleu:.2f} ({result['bleu_signature']})", flush=True)
-        if bleu > self.best:
-            self.best, self.bad_evals = bleu, 0
+        self.metrics.write("bleu", {"val_bleu": bleu})
+        print(f"\nstep {step}: validation BLEU {bleu:.2f}", flush=True)
+        if bleu > float(self.progress.best.numpy()):
+            self.progress.best.assign(bleu)
+            self.progress.best_step.assign(step)
+            self.progress.bad_evals.assign(0)
             if self.best_manager is not None:
                 self.best_manager.save(checkpoint_number=step)
-        else:
-            self.bad_evals += 1
-            if self.patience and self.bad_evals >= self.patience:
-                print(f"early stopping: no BLEU gain in {self.patience} evaluations", flush=True)
-                self.model.stop_training = True
+            return False
+        self.progress.bad_evals.assign_add(1)
+        return bool(self.patience) and int(self.progress.bad_evals.numpy()) >= self.patience
+
+    def _run(self, logs):
+        step = self.state.step
+        if step == self.last_step:
+            return
+        self.last_step = step
+        stop = agree_any(self.strategy, self._judge(logs))
+        if stop:
+            print(f"early stopping: no BLEU gain in {self.patience} evaluations", flush=True)
+            self.stopped_early = True
+            self.model.stop_training = True
 
     def on_train_batch_end(self, batch, logs=None):
         if self.every and self.state.step % self.every == 0:
@@ -208,6 +229,17 @@ class BleuEvaluation(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         self._run(logs)
+
+
+def agree_any(strategy: tf.distribute.Strategy | None, flag: bool) -> bool:
+    """True on every worker if it is True on any: a collective in multi-worker runs (every
+    worker must call it at the same point); the flag itself elsewhere."""
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return flag
+    value = strategy.experimental_distribute_values_from_function(
+        lambda _: tf.constant(1.0 if flag else 0.0)
+    )
+    return float(strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None)) > 0.0
 
 
 __all__ = [
@@ -218,4 +250,5 @@ __all__ = [
     "StepState",
     "StopAtStep",
     "TrainingError",
+    "agree_any",
 ]

@@ -1,4 +1,4 @@
-"""Builds data, model, optimizer and callbacks from the flags, then runs one `model.fit`."""
+"""`run(args)`: train or resume the run in `--model-dir`, as a short sequence of named stages."""
 
 from __future__ import annotations
 
@@ -6,88 +6,106 @@ import dataclasses
 import math
 import os
 import sys
+import time
 
 import keras
 import tensorflow as tf
 
-from keras_transformer import run_dir
 from keras_transformer.config import TransformerConfig
 from keras_transformer.data import (
-    DataError,
     PipelineStats,
     SubwordTokenizer,
     load_parallel,
     make_batches,
     train_sentencepiece,
+    training_batches,
 )
 from keras_transformer.losses import LabelSmoothedCrossEntropy, MaskedAccuracy
 from keras_transformer.model import Transformer
 from keras_transformer.optimization import paper_optimizer
+from keras_transformer.run_dir import CONFIG_FILE, LOG_DIR, Run
 from keras_transformer.training import callbacks as cb
+from keras_transformer.training.args import (
+    ConfigError,
+    TrainArgs,
+    check_resume,
+    describe,
+    resolve,
+    validate,
+)
+from keras_transformer.training.step import TrainingModel
 from keras_transformer.training.strategy import is_chief, make_strategy, set_precision
 
-
-@dataclasses.dataclass
-class TrainArgs:
-    """Every train.py flag (DESIGN.md section 8), with the paper's defaults where it has one."""
-
-    model_dir: str = "runs/multi30k-en-de"
-    preset: str = "small"
-    src_lang: str = "en"
-    tgt_lang: str = "de"
-    dataset: str = "multi30k"
-    train_src: str | None = None
-    train_tgt: str | None = None
-    valid_src: str | None = None
-    valid_tgt: str | None = None
-    data_dir: str | None = None
-    strategy: str = "default"
-    cpu_devices: int = 1
-    precision: str = "float32"
-    vocab_size: int = 8000
-    spm_model_type: str = "bpe"
-    batch_tokens: int = 4096
-    accum_steps: int = 1
-    max_length: int = 128
-    epochs: int | None = None
-    train_steps: int | None = None
-    steps_per_epoch: int = 1000
-    checkpoint_every: int = 1000
-    keep_checkpoints: int = 5
-    eval_every: int = 0
-    eval_sentences: int = 0
-    eval_beam_size: int = 4
-    patience: int = 0
-    log_every: int = 100
-    warmup_steps: int = 4000
-    lr_scale: float = 1.0
-    dropout_rate: float | None = None
-    label_smoothing: float | None = None
-    jit_compile: bool = False
-    seed: int = 0
-    verbose: int | None = None
+WORKER_WAIT_SECONDS = 900  # how long a non-chief worker waits for the chief's config.json
 
 
-def resolve_config(args: TrainArgs, vocab_size: int) -> TransformerConfig:
-    overrides = {"vocab_size": vocab_size, "max_length": max(args.max_length, 256)}
-    if args.dropout_rate is not None:
-        overrides["dropout_rate"] = args.dropout_rate
-    if args.label_smoothing is not None:
-        overrides["label_smoothing"] = args.label_smoothing
-    return TransformerConfig.preset(args.preset, **overrides)
+def run(args: TrainArgs) -> dict:
+    """Train (or resume) the run in `args.model_dir`; returns a summary dict."""
+    validate(args)
+    set_precision(args.precision)
+    strategy = make_strategy(args.strategy)  # first: collective ops are set up at startup
+    keras.utils.set_random_seed(args.seed)  # before any tokenizer: it clears the kernel cache
+    chief = is_chief(strategy)
+    shared = Run(args.model_dir)  # the chief's directory: config.json, spm.model
+    own = shared if chief else Run(os.path.join(args.model_dir, f"worker_{_task_id(strategy)}"))
+    train, valid = load_data(args)
+    print(f"train: {train.report()}\nvalidation: {valid.report()}", flush=True)
+    settings, tokenizer = prepare_run(shared, args, train, chief)
+    print(f"settings (config.json):\n{describe(settings, args)}", flush=True)
+
+    with strategy.scope():
+        model = build_model(shared.model_config(), settings)
+    bleu = make_bleu_callback(settings, model, tokenizer, valid, shared, chief, strategy)
+    checkpoint = tf.train.Checkpoint(
+        model=model.transformer,
+        optimizer=model.optimizer,
+        data_position=model.data_position,
+        rng=seed_states(model.transformer),
+        bleu=bleu.progress,
+    )
+    manager = own.checkpoint_manager(checkpoint, max_to_keep=settings.keep_checkpoints)
+    if manager.latest_checkpoint:
+        checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
+        scale = getattr(model.optimizer, "dynamic_scale", None)
+        scale = f" (loss scale {float(scale.numpy()):g})" if scale is not None else ""
+        print(f"resumed from {manager.latest_checkpoint} at step {_step(model)}{scale}", flush=True)
+    if _step(model) >= settings.train_steps:
+        print(f"already at step {_step(model)} >= --train-steps {settings.train_steps}", flush=True)
+        return summarize(shared, settings, model, bleu)
+
+    stats = PipelineStats()
+
+    def data_from(position: int) -> tf.data.Dataset:
+        return training_batches(
+            train.dataset,
+            tokenizer,
+            batch_tokens=settings.batch_tokens * settings.accum_steps,
+            max_length=settings.max_length,
+            seed=settings.seed,
+            steps_per_epoch=settings.steps_per_epoch,
+            start_step=position,
+            stats=stats,
+        )
+
+    valid_batches = make_batches(
+        valid.dataset,
+        tokenizer,
+        batch_tokens=settings.batch_tokens,
+        max_length=settings.max_length,
+        shuffle=False,
+    )
+    callbacks = make_callbacks(settings, own, manager, model, bleu, chief)
+    fit_to_step(model, data_from, valid_batches, callbacks, settings)
+    if int(stats.too_long.numpy()):
+        print(
+            f"dropped {int(stats.too_long.numpy())} training pairs longer than "
+            f"--max-length {settings.max_length}",
+            flush=True,
+        )
+    return summarize(shared, settings, model, bleu)
 
 
-def validate(args: TrainArgs) -> None:
-    for name in ("batch_tokens", "max_length", "accum_steps", "vocab_size", "steps_per_epoch"):
-        value = getattr(args, name)
-        if not isinstance(value, int) or value <= 0:
-            raise DataError(f"--{name.replace('_', '-')} must be a positive integer, got {value!r}")
-    if args.epochs is not None and args.train_steps is not None:
-        raise DataError("give --epochs or --train-steps, not both")
-    for name in ("epochs", "train_steps"):
-        value = getattr(args, name)
-        if value is not None and value <= 0:
-            raise DataError(f"--{name.replace('_', '-')} must be positive, got {value}")
+# -- stages ---------------------------------------------------------------------------------
 
 
 def load_data(args: TrainArgs):
@@ -109,185 +127,242 @@ def load_data(args: TrainArgs):
     )
 
 
-def get_tokenizer(args: TrainArgs, train, chief: bool) -> SubwordTokenizer:
-    path = os.path.join(args.model_dir, run_dir.TOKENIZER_FILE)
-    if os.path.isfile(path):
-        return SubwordTokenizer.load(path)
+def prepare_run(run: Run, args: TrainArgs, train, chief: bool):
+    """(resolved settings, tokenizer): from config.json when resuming (refusing flags that
+    would change the run), else resolved from the corpus and written by the chief."""
+    if not chief:
+        _wait_for(run.path(CONFIG_FILE))
+    if run.exists:
+        saved = run.read_config()["training"]
+        check_resume(args, saved, run.path(CONFIG_FILE))
+        known = {f.name for f in dataclasses.fields(TrainArgs)}
+        settings = dataclasses.replace(
+            args, **{k: v for k, v in saved.items() if k in known and getattr(args, k) is None}
+        )
+        if args.epochs is not None:
+            settings.train_steps = args.epochs * settings.steps_per_epoch
+        settings.epochs = None
+        return settings, run.load_tokenizer()
 
+    tokenizers: dict[int, SubwordTokenizer] = {}
+
+    def tokenizer_for(vocab_size: int) -> SubwordTokenizer:
+        if vocab_size not in tokenizers:
+            tokenizers[vocab_size] = train_tokenizer(train, vocab_size, args)
+        return tokenizers[vocab_size]
+
+    def batches_per_pass(vocab_size: int, batch_tokens: int) -> int:
+        return count_batches(train, tokenizer_for(vocab_size), batch_tokens, args.max_length)
+
+    settings = resolve(args, num_pairs=train.num_pairs, batches_per_pass=batches_per_pass)
+    tokenizer = tokenizer_for(settings.vocab_size)
+    model_config = TransformerConfig.preset(
+        settings.preset,
+        vocab_size=tokenizer.vocab_size,
+        max_length=max(settings.max_length, 256),
+        dropout_rate=settings.dropout_rate,
+        label_smoothing=settings.label_smoothing,
+    )
+    run.save_tokenizer(tokenizer)  # before config.json: other workers wait for config.json
+    run.write_config({"model": model_config.to_dict(), "training": dataclasses.asdict(settings)})
+    return settings, tokenizer
+
+
+def train_tokenizer(train, vocab_size: int, args: TrainArgs) -> SubwordTokenizer:
     def sentences():
         for src, tgt in train.dataset.as_numpy_iterator():
             yield src.decode("utf-8")
             yield tgt.decode("utf-8")
 
-    print(
-        f"training a {args.vocab_size}-piece {args.spm_model_type} SentencePiece model", flush=True
-    )
+    print(f"training a {vocab_size}-piece {args.spm_model_type} SentencePiece model", flush=True)
     proto = train_sentencepiece(
-        sentences(), args.vocab_size, model_type=args.spm_model_type, seed=args.seed
+        sentences(), vocab_size, model_type=args.spm_model_type, seed=args.seed
     )
-    tokenizer = SubwordTokenizer(proto)
-    if chief:
-        tmp = path + ".tmp"
-        tokenizer.save(tmp)
-        os.replace(tmp, path)
-    tokenizer.model_asset = tf.saved_model.Asset(path)
-    return tokenizer
+    return SubwordTokenizer(proto)
 
 
-def run(args: TrainArgs) -> dict:
-    """Train (or resume) the run in `args.model_dir`; returns the last logs."""
-    validate(args)
-    set_precision(args.precision)
-    strategy = make_strategy(args.strategy)  # first: collective ops must be set up at startup
-    keras.utils.set_random_seed(
-        args.seed
-    )  # before any tokenizer: set_seed clears TF's kernel cache
-    chief = is_chief(strategy)
-    model_dir = (
-        args.model_dir
-        if chief
-        else os.path.join(args.model_dir, f"worker_{strategy.cluster_resolver.task_id}")
-    )
-    args = dataclasses.replace(args, model_dir=model_dir)
-    os.makedirs(model_dir, exist_ok=True)
-
-    train, valid = load_data(args)
-    print(f"train: {train.report()}\nvalidation: {valid.report()}", flush=True)
-    tokenizer = get_tokenizer(args, train, chief)
-
-    config_path = os.path.join(model_dir, run_dir.CONFIG_FILE)
-    if os.path.isfile(config_path):
-        model_config = TransformerConfig.from_dict(run_dir.read_config(model_dir)["model"])
-    else:
-        model_config = resolve_config(args, tokenizer.vocab_size)
-        run_dir.write_json_atomic(
-            config_path,
-            {
-                "model": model_config.to_dict(),
-                "training": {k: v for k, v in dataclasses.asdict(args).items()},
-            },
-        )
-
-    stats = PipelineStats()
-    train_batches = make_batches(
-        train.dataset,
+def count_batches(train, tokenizer, batch_tokens: int, max_length: int, sample: int = 20_000):
+    """Batches in one pass over the corpus: counted on up to `sample` pairs, then scaled."""
+    batches = make_batches(
+        train.dataset.take(sample),
         tokenizer,
-        batch_tokens=args.batch_tokens * args.accum_steps,
-        max_length=args.max_length,
-        seed=args.seed,
-        stats=stats,
-    )
-    valid_batches = make_batches(
-        valid.dataset,
-        tokenizer,
-        batch_tokens=args.batch_tokens,
-        max_length=args.max_length,
+        batch_tokens=batch_tokens,
+        max_length=max_length,
         shuffle=False,
-        stats=PipelineStats(),
     )
-
-    with strategy.scope():
-        model = Transformer(model_config)
-        model.compile(
-            optimizer=paper_optimizer(model_config.d_model, args.warmup_steps, args.lr_scale),
-            loss=LabelSmoothedCrossEntropy(model_config.label_smoothing),
-            metrics=[MaskedAccuracy()],
-            accum_steps=args.accum_steps,
-            jit_compile=args.jit_compile,
-        )
-        model.optimizer.build(model.trainable_variables)
-        state = cb.StepState(model)
-        checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer, epoch=state.epoch)
-    manager = tf.train.CheckpointManager(
-        checkpoint,
-        os.path.join(model_dir, run_dir.CHECKPOINT_DIR),
-        max_to_keep=args.keep_checkpoints,
-    )
-    best_manager = tf.train.CheckpointManager(
-        tf.train.Checkpoint(model=model), os.path.join(model_dir, run_dir.BEST_DIR), max_to_keep=1
-    )
-    if manager.latest_checkpoint:
-        checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
-        print(f"resumed from {manager.latest_checkpoint} at step {state.step}", flush=True)
-
-    if args.train_steps is not None:
-        if state.step >= args.train_steps:
-            print(f"already at step {state.step} >= --train-steps {args.train_steps}", flush=True)
-            return {"step": state.step}
-        data = train_batches.repeat()
-        spe = args.steps_per_epoch
-        epochs = math.ceil(args.train_steps / spe)
-        initial_epoch = min(state.step // spe, epochs - 1)
-        fit_kwargs = dict(steps_per_epoch=spe, epochs=epochs, initial_epoch=initial_epoch)
-    else:
-        data = train_batches
-        epochs = args.epochs or 20
-        fit_kwargs = dict(epochs=epochs, initial_epoch=int(state.epoch.numpy()))
-        if fit_kwargs["initial_epoch"] >= epochs:
-            print(f"already trained {epochs} epochs", flush=True)
-            return {"step": state.step}
-
-    guard = cb.NonFiniteLossGuard(manager)
-    metrics = cb.MetricsLogger(
-        os.path.join(model_dir, run_dir.METRICS_FILE), state, args.log_every, chief
-    )
-    callbacks = [
-        guard,
-        cb.CheckpointEvery(manager, state, args.checkpoint_every, guard),
-        metrics,
-        keras.callbacks.TensorBoard(
-            os.path.join(model_dir, run_dir.LOG_DIR), update_freq=args.log_every
-        ),
-    ]
-    if args.train_steps is not None:
-        callbacks.append(cb.StopAtStep(state, args.train_steps))
-    if chief:
-        callbacks.append(
-            _bleu_callback(args, model, tokenizer, valid, best_manager, state, metrics)
-        )
-    verbose = args.verbose if args.verbose is not None else (1 if sys.stdout.isatty() else 2)
-    history = model.fit(
-        data,
-        validation_data=valid_batches,
-        callbacks=callbacks,
-        verbose=verbose,
-        shuffle=False,  # the pipeline shuffles (bounded buffer); Keras can't shuffle a Dataset
-        **fit_kwargs,
-    )
-    guard.check()
-    dropped = int(stats.too_long.numpy())
-    if dropped:
-        print(
-            f"dropped {dropped} training pairs longer than --max-length {args.max_length}",
-            flush=True,
-        )
-    last = {k: v[-1] for k, v in history.history.items()}
-    last["step"] = state.step
-    return last
+    counted = int(batches.reduce(0, lambda n, _: n + 1))
+    total = train.num_pairs
+    if total is None or total <= sample:
+        return counted if total is not None else max(counted, 1000)
+    return math.ceil(counted * total / sample)
 
 
-def _bleu_callback(args, model, tokenizer, valid, best_manager, state, metrics):
+def build_model(config: TransformerConfig, settings: TrainArgs) -> TrainingModel:
+    """The Transformer inside a TrainingModel, compiled with the paper's optimizer."""
+    model = TrainingModel(Transformer(config), accum_steps=settings.accum_steps)
+    model.compile(
+        optimizer=paper_optimizer(config.d_model, settings.warmup_steps, settings.lr_scale),
+        loss=LabelSmoothedCrossEntropy(config.label_smoothing),
+        metrics=[MaskedAccuracy()],
+        jit_compile=settings.jit_compile,
+    )
+    model.optimizer.build(model.transformer.trainable_variables)
+    return model
+
+
+def seed_states(model) -> list:
+    """The dropout layers' RNG states: saved with the checkpoints for an exact resume."""
+    return [v for v in model.variables if "seed_generator_state" in v.path]
+
+
+def make_bleu_callback(settings, model, tokenizer, valid, run: Run, chief: bool, strategy):
     from keras_transformer.translator import Translator
 
-    pairs = valid.dataset
-    if args.eval_sentences:
-        pairs = pairs.take(args.eval_sentences)
-    sources, references = [], []
-    for src, tgt in pairs.as_numpy_iterator():
-        sources.append(src.decode("utf-8"))
-        references.append(tgt.decode("utf-8"))
-    translator = Translator(model, tokenizer, beam_size=args.eval_beam_size)
+    sources, references, translate = [], [], None
+    if chief:
+        pairs = valid.dataset
+        if settings.eval_sentences:
+            pairs = pairs.take(settings.eval_sentences)
+        for src, tgt in pairs.as_numpy_iterator():
+            sources.append(src.decode("utf-8"))
+            references.append(tgt.decode("utf-8"))
+        translate = Translator(model.transformer, tokenizer, beam_size=settings.eval_beam_size)
+    best = run.checkpoint_manager(tf.train.Checkpoint(model=model.transformer), best=True)
     return cb.BleuEvaluation(
-        translator,
+        translate,
         sources,
         references,
-        every=args.eval_every,
-        best_manager=best_manager,
-        state=state,
-        metrics=metrics,
-        log_dir=os.path.join(args.model_dir, run_dir.LOG_DIR),
-        patience=args.patience,
+        every=settings.eval_every,
+        best_manager=best if chief else None,
+        state=cb.StepState(model),
+        metrics=cb.MetricsLogger(run, cb.StepState(model), settings.log_every, chief),
+        log_dir=run.path(LOG_DIR),
+        patience=settings.patience,
+        strategy=strategy,
     )
 
 
-__all__ = ["TrainArgs", "run"]
+def make_callbacks(settings, run: Run, manager, model, bleu, chief: bool) -> list:
+    state = cb.StepState(model)
+    guard = cb.NonFiniteLossGuard(manager)
+    return [
+        guard,
+        cb.CheckpointEvery(manager, state, settings.checkpoint_every, guard),
+        cb.MetricsLogger(run, state, settings.log_every, chief),
+        keras.callbacks.TensorBoard(run.path(LOG_DIR), update_freq=settings.log_every),
+        cb.StopAtStep(state, settings.train_steps),
+        bleu,
+    ]
+
+
+def fit_to_step(model: TrainingModel, data_from, valid_batches, callbacks, settings) -> None:
+    """`fit` until the optimizer has applied exactly `train_steps` updates.
+
+    The data restarts at `model.data_position` (batches consumed), so a resumed run sees
+    the batches an uninterrupted one would. float16 steps skipped by loss scaling consume a
+    batch without an update; `fit` is then called again for the missing updates.
+    """
+    guard = next(c for c in callbacks if isinstance(c, cb.NonFiniteLossGuard))
+    spe = settings.steps_per_epoch
+    verbose = (
+        settings.verbose if settings.verbose is not None else (1 if sys.stdout.isatty() else 2)
+    )
+    while _step(model) < settings.train_steps:
+        before, position = _step(model), int(model.data_position.numpy())
+        initial_epoch = position // spe
+        model.fit(
+            data_from(position),
+            validation_data=valid_batches,
+            steps_per_epoch=spe,
+            initial_epoch=initial_epoch,
+            epochs=initial_epoch + math.ceil((settings.train_steps - before) / spe),
+            callbacks=callbacks,
+            verbose=verbose,
+            shuffle=False,  # the pipeline shuffles; Keras cannot shuffle a Dataset
+        )
+        guard.check()
+        if model.stop_training:  # early stopping
+            break
+        if _step(model) == before:
+            batches = int(model.data_position.numpy()) - position
+            raise cb.TrainingError(
+                f"no update was applied in {batches} batches: every step had non-finite "
+                "gradients (float16 overflow); try --precision float32 or mixed_bfloat16"
+            )
+
+
+def summarize(run: Run, settings: TrainArgs, model, bleu) -> dict:
+    """Print what happened and what to do next; return it as a dict."""
+    progress = bleu.progress
+    best, best_step = float(progress.best.numpy()), int(progress.best_step.numpy())
+    result = {
+        "step": _step(model),
+        "train_steps": settings.train_steps,
+        "stopped_early": bleu.stopped_early,
+        "last_val_bleu": bleu.last_bleu,
+        "best_val_bleu": best if best_step >= 0 else None,
+        "best_step": best_step if best_step >= 0 else None,
+        "best_checkpoint": (run.checkpoints(best=True) or [None])[-1],
+    }
+    out = run.model_dir
+    lines = [
+        f"\ntraining ended at step {result['step']} of {settings.train_steps}"
+        + (" (early stopping)" if bleu.stopped_early else ""),
+    ]
+    if result["best_val_bleu"] is not None:
+        last = f"last {bleu.last_bleu:.2f}, " if bleu.last_bleu is not None else ""
+        lines.append(
+            f"validation BLEU: {last}best {best:.2f} at step {best_step} "
+            f"({result['best_checkpoint']})"
+        )
+    src, ref = _test_files(settings)
+    lines += [
+        "next steps:",
+        f"  python export.py --model-dir {out} --export-dir exports   # averages the last 5 checkpoints",
+        f"  python export.py --model-dir {out} --export-dir exports --best   # or the best-BLEU weights",
+        f"  python -m keras_transformer.translate --model exports/transformer/1 < {src} > translations.txt",
+        f"  python -m keras_transformer.evaluate --model exports/transformer/1 --src {src} --ref {ref}",
+        "  (exports/transformer/1: the version directory that export.py prints)",
+    ]
+    print("\n".join(lines), flush=True)
+    return result
+
+
+# -- helpers --------------------------------------------------------------------------------
+
+
+def _step(model) -> int:
+    return int(model.optimizer.iterations.numpy())
+
+
+def _task_id(strategy) -> int:
+    return strategy.cluster_resolver.task_id
+
+
+def _wait_for(path: str, timeout: float = WORKER_WAIT_SECONDS) -> None:
+    """A non-chief worker waits for the chief to write the run's config.json."""
+    deadline = time.monotonic() + timeout
+    while not os.path.isfile(path):
+        if time.monotonic() > deadline:
+            raise ConfigError(
+                f"waited {timeout:.0f} s for the chief worker to write {path}: start worker 0 "
+                "with the same --model-dir (a directory every worker can read)"
+            )
+        time.sleep(1.0)
+
+
+def _test_files(settings: TrainArgs) -> tuple[str, str]:
+    if settings.dataset == "multi30k":
+        from keras_transformer.data.sources import DataError, find_multi30k_file
+
+        try:
+            return tuple(
+                find_multi30k_file("test", lang, settings.data_dir, download=False)
+                for lang in (settings.src_lang, settings.tgt_lang)
+            )
+        except DataError:  # only a hint in the summary
+            pass
+    return f"test.{settings.src_lang}", f"test.{settings.tgt_lang}"
+
+
+__all__ = ["TrainArgs", "fit_to_step", "run"]

@@ -1,10 +1,9 @@
-import os
-
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import keras_transformer as kt
+from keras_transformer.run_dir import Run
 from keras_transformer.training import callbacks as cb
 
 
@@ -40,14 +39,12 @@ def test_nan_loss_stops_training_keeps_the_last_good_checkpoint(tmp_path):
 
 def test_metrics_logger_writes_json_lines(tmp_path):
     model = compiled_model()
-    path = os.path.join(tmp_path, "metrics.jsonl")
-    logger = cb.MetricsLogger(path, cb.StepState(model), every=1)
+    run = Run(str(tmp_path))
+    logger = cb.MetricsLogger(run, cb.StepState(model), every=1)
     logger.set_model(model)
     model.optimizer.iterations.assign(3)
     logger.on_train_batch_end(0, {"loss": np.float32(1.5), "accuracy": 0.25})
     logger.on_epoch_end(0, {"loss": 1.4, "val_loss": 1.6})
-    import json
-
-    records = [json.loads(line) for line in open(path)]
+    records = run.read_metrics()
     assert records[0]["step"] == 3 and records[0]["loss"] == 1.5 and records[0]["learning_rate"] > 0
     assert records[1]["event"] == "epoch" and records[1]["val_loss"] == 1.6

@@ -1,6 +1,5 @@
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -11,8 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import keras_transformer as kt
-from keras_transformer import run_dir
+from keras_transformer.run_dir import LOG_DIR, Run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TINY = [
@@ -57,54 +55,104 @@ def run_train(model_dir, data_dir, *extra, env=None, check=True):
     return out
 
 
-def restored(model_dir, path):
-    cfg = kt.TransformerConfig.from_dict(run_dir.read_config(model_dir)["model"])
-    model = kt.Transformer(cfg)
-    model.compile(
-        optimizer=kt.paper_optimizer(cfg.d_model, 4000), loss=kt.LabelSmoothedCrossEntropy()
-    )
-    model.optimizer.build(model.trainable_variables)
-    tf.train.Checkpoint(model=model, optimizer=model.optimizer).restore(path).expect_partial()
-    return model
+def final_weights(model_dir):
+    """{variable name: value} of the model weights in a run's newest checkpoint."""
+    path = Run(str(model_dir)).checkpoints()[-1]
+    reader = tf.train.load_checkpoint(path)
+    names = [n for n, _ in tf.train.list_variables(path) if n.startswith("model/")]
+    return path, {n: reader.get_tensor(n) for n in names}
+
+
+def wait_for_checkpoint(model_dir, step, proc, timeout=300):
+    deadline = time.time() + timeout
+    while time.time() < deadline and proc.poll() is None:
+        paths = Run(str(model_dir)).checkpoints()
+        if paths and int(paths[-1].rsplit("-", 1)[1]) >= step:
+            return int(paths[-1].rsplit("-", 1)[1])
+        time.sleep(0.1)
+    raise AssertionError(f"no checkpoint at step {step} within {timeout} s")
+
+
+RESUME = [
+    "--train-steps", "40", "--steps-per-epoch", "15", "--checkpoint-every", "10",
+    "--warmup-steps", "10", "--eval-every", "10",
+]  # fmt: skip
 
 
 @pytest.mark.slow
-def test_resume_after_sigkill(tmp_path, multi30k_dir):
-    model_dir = tmp_path / "run"
-    args = ["--train-steps", "60", "--steps-per-epoch", "20", "--checkpoint-every", "10"]
+def test_resume_after_sigkill_is_exact(tmp_path, multi30k_dir):
+    """Killed mid-epoch and started again == left alone: weights, best/, BLEU history."""
+    alone = tmp_path / "alone"
+    out = run_train(alone, multi30k_dir, *RESUME)
+    assert "training ended at step 40 of 40" in out.stdout
+    assert f"python export.py --model-dir {alone} --export-dir exports" in out.stdout
+
+    model_dir = tmp_path / "killed"
     proc = subprocess.Popen(
-        train_cmd(model_dir, multi30k_dir, *args),
+        train_cmd(model_dir, multi30k_dir, *RESUME),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         cwd=ROOT,
     )
-    deadline = time.time() + 300
-    while time.time() < deadline and not run_dir.checkpoint_paths(str(model_dir)):
-        time.sleep(0.2)
+    wait_for_checkpoint(model_dir, 20, proc)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    paths = run_dir.checkpoint_paths(str(model_dir))
-    assert paths, "no checkpoint before the kill"
-    killed_at = int(paths[-1].rsplit("-", 1)[1])
-    assert killed_at < 60
-    model = restored(str(model_dir), paths[-1])
-    assert int(model.optimizer.iterations.numpy()) == killed_at
-    schedule = kt.WarmupSchedule(model.config.d_model, 4000)
-    assert float(model.optimizer.learning_rate.numpy()) == pytest.approx(
-        float(schedule(killed_at)), rel=1e-6
-    )
+    killed_at = int(Run(str(model_dir)).checkpoints()[-1].rsplit("-", 1)[1])
+    assert 20 <= killed_at < 40 and killed_at % 15  # mid-epoch (15 batches per epoch)
+    config = Run(str(model_dir)).read_config()["training"]
+    assert config["warmup_steps"] == 10 and config["steps_per_epoch"] == 15
 
-    out = run_train(model_dir, multi30k_dir, *args)
+    out = run_train(model_dir, multi30k_dir, *RESUME)
     assert f"at step {killed_at}" in out.stdout
-    final = run_dir.checkpoint_paths(str(model_dir))[-1]
-    assert final.endswith("ckpt-60")
-    assert int(restored(str(model_dir), final).optimizer.iterations.numpy()) == 60
-    records = [json.loads(line) for line in open(model_dir / run_dir.METRICS_FILE)]
-    assert {"step", "epoch", "loss"} <= set(records[0])
-    assert any("val_bleu" in r for r in records) and any("val_loss" in r for r in records)
-    assert os.listdir(model_dir / run_dir.LOG_DIR)  # TensorBoard logs
+    path, resumed = final_weights(model_dir)
+    alone_path, reference = final_weights(alone)
+    assert path.endswith("ckpt-40") and alone_path.endswith("ckpt-40")
+    assert len(reference) > 20 and reference.keys() == resumed.keys()
+    for name, value in reference.items():
+        scale = max(float(np.max(np.abs(value))), 1e-6)
+        assert float(np.max(np.abs(resumed[name] - value))) / scale <= 1e-4, name
+    reader = tf.train.load_checkpoint(path)
+    assert reader.get_tensor("data_position/.ATTRIBUTES/VARIABLE_VALUE") == 40
+    # the best checkpoint and the BLEU history survive the kill: same best step, same scores
+    best = [Run(str(d)).checkpoints(best=True)[-1].rsplit("-", 1)[1] for d in (alone, model_dir)]
+    assert best[0] == best[1]
+
+    def bleus(run_dir):
+        return {
+            r["step"]: r["val_bleu"] for r in Run(str(run_dir)).read_metrics() if "val_bleu" in r
+        }
+
+    assert bleus(model_dir) == bleus(alone)
+    records = Run(str(model_dir)).read_metrics()
+    assert {"step", "epoch", "loss"} <= set(records[0]) and any("val_loss" in r for r in records)
+    assert os.listdir(model_dir / LOG_DIR)  # TensorBoard logs
     # asking again for the same step count does nothing
-    assert "already at step 60" in run_train(model_dir, multi30k_dir, *args).stdout
+    assert "already at step 40" in run_train(model_dir, multi30k_dir, *RESUME).stdout
+
+
+@pytest.mark.slow
+def test_resume_restores_the_loss_scale(tmp_path, multi30k_dir):
+    model_dir = tmp_path / "fp16"
+    args = ["--precision", "mixed_float16", "--steps-per-epoch", "10", "--eval-every", "100"]
+    run_train(model_dir, multi30k_dir, "--train-steps", "10", *args)
+    path = Run(str(model_dir)).checkpoints()[-1]
+    names = [n for n, _ in tf.train.list_variables(path) if "dynamic_scale" in n]
+    saved = float(tf.train.load_checkpoint(path).get_tensor(names[0]))
+    out = run_train(model_dir, multi30k_dir, "--train-steps", "12", *args)
+    assert f"at step 10 (loss scale {saved:g})" in out.stdout
+
+
+@pytest.mark.slow
+def test_resume_refuses_flags_that_would_change_the_run(tmp_path, multi30k_dir):
+    model_dir = tmp_path / "run"
+    run_train(model_dir, multi30k_dir, "--train-steps", "2", "--warmup-steps", "30")
+    for flag, value, saved in (("--warmup-steps", "50", "30"), ("--dropout-rate", "0.3", "0.2")):
+        out = run_train(model_dir, multi30k_dir, "--train-steps", "4", flag, value, check=False)
+        assert out.returncode == 2 and "Traceback" not in out.stderr
+        assert f"{flag} {value} differs from {saved} in {model_dir}/config.json" in out.stderr
+    # flags that only continue the run are fine
+    out = run_train(model_dir, multi30k_dir, "--train-steps", "3", "--warmup-steps", "30")
+    assert "training ended at step 3 of 3" in out.stdout
 
 
 def free_port():
@@ -115,12 +163,10 @@ def free_port():
 
 @pytest.mark.slow
 def test_multi_worker_two_processes(tmp_path, multi30k_dir):
+    """Two local workers: the non-chief waits for the chief's tokenizer, and early stopping
+    on patience stops both at the same step (a chief-only decision would leave worker 1
+    blocked in a collective)."""
     model_dir = tmp_path / "mw"
-    # one tokenizer for both workers
-    run_train(tmp_path / "tok", multi30k_dir, "--train-steps", "1", "--eval-sentences", "1")
-    os.makedirs(model_dir / "worker_1")
-    for d in (model_dir, model_dir / "worker_1"):
-        shutil.copy(tmp_path / "tok" / run_dir.TOKENIZER_FILE, d / run_dir.TOKENIZER_FILE)
     workers = [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]
     procs = []
     for index in range(2):
@@ -130,20 +176,11 @@ def test_multi_worker_two_processes(tmp_path, multi30k_dir):
                 {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
             ),
         )
+        args = ["--strategy", "multi_worker", "--train-steps", "12", "--steps-per-epoch", "6",
+                "--checkpoint-every", "3", "--eval-every", "3", "--patience", "1"]  # fmt: skip
         procs.append(
             subprocess.Popen(
-                train_cmd(
-                    model_dir,
-                    multi30k_dir,
-                    "--strategy",
-                    "multi_worker",
-                    "--train-steps",
-                    "6",
-                    "--steps-per-epoch",
-                    "6",
-                    "--checkpoint-every",
-                    "3",
-                ),
+                train_cmd(model_dir, multi30k_dir, *args),
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 text=True,
@@ -151,15 +188,25 @@ def test_multi_worker_two_processes(tmp_path, multi30k_dir):
                 cwd=ROOT,
             )
         )
+    outputs = []
     for proc in procs:
-        out, err = proc.communicate(timeout=600)
+        try:
+            out, err = proc.communicate(timeout=420)
+        except subprocess.TimeoutExpired:
+            for p in procs:
+                p.kill()
+            raise AssertionError("a worker hung (blocked in a collective?)") from None
         assert proc.returncode == 0, err[-3000:]
-    chief = run_dir.checkpoint_paths(str(model_dir))[-1]
-    other = run_dir.checkpoint_paths(str(model_dir / "worker_1"))[-1]
-    assert chief.endswith("ckpt-6") and other.endswith("ckpt-6")
+        outputs.append(out)
+    assert "early stopping" in outputs[0]
+    assert not os.path.exists(model_dir / "worker_1" / "spm.model")  # the chief's is used
+    chief = Run(str(model_dir)).checkpoints()[-1]
+    other = Run(str(model_dir / "worker_1")).checkpoints()[-1]
+    stop = int(chief.rsplit("-", 1)[1])
+    assert stop < 12 and other.endswith(f"ckpt-{stop}")
     a, b = tf.train.load_checkpoint(chief), tf.train.load_checkpoint(other)
     # every saved variable: weights (some stored under the optimizer's references) and slots
-    names = [n for n, _ in tf.train.list_variables(chief) if n != "_CHECKPOINTABLE_OBJECT_GRAPH"]
+    names = [n for n, _ in tf.train.list_variables(chief) if n.startswith(("model/", "optimizer/"))]
     assert len(names) > 100
     for name in names:
         np.testing.assert_array_equal(a.get_tensor(name), b.get_tensor(name))
@@ -179,6 +226,9 @@ def write(path, lines):
         ("batch_tokens", r"--batch-tokens must be a positive integer, got 0"),
         ("max_length", r"--max-length must be a positive integer, got -5"),
         ("dataset", r"unknown --dataset 'wmt99'"),
+        ("dropout", r"--dropout-rate must be in \[0, 1\), got 1\.5"),
+        ("lr_scale", r"--lr-scale must be positive, got -1\.0"),
+        ("steps", r"give --epochs or --train-steps, not both"),
     ],
 )
 def test_bad_input_gives_a_clear_message(tmp_path, case, expected, multi30k_dir):
@@ -213,6 +263,9 @@ def test_bad_input_gives_a_clear_message(tmp_path, case, expected, multi30k_dir)
         "batch_tokens": ["--batch-tokens", "0"],
         "max_length": ["--max-length", "-5"],
         "dataset": ["--dataset", "wmt99"],
+        "dropout": ["--dropout-rate", "1.5"],
+        "lr_scale": ["--lr-scale", "-1"],
+        "steps": ["--epochs", "2", "--train-steps", "5"],
     }[case]
     env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache"), KT_OFFLINE="1")
     out = subprocess.run(

@@ -1,0 +1,204 @@
+"""`TrainArgs`: every train.py flag, defined once, and how unset ones are resolved.
+
+Priority, as in OpenNMT-tf's `--auto_config`: built-in defaults < automatic values (from the
+preset and the corpus size) < what the user sets. A field left at `None` is "automatic";
+`resolve` fills it in. `train.py` builds its command line from these fields, and
+`config.json` stores the resolved values, so a resumed run keeps them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+from keras_transformer.config import PRESETS
+from keras_transformer.errors import KerasTransformerError
+
+# A corpus with at least this many pairs gets the paper's recipe (WMT14: 4.5M pairs).
+LARGE_CORPUS = 1_000_000
+SMALL_CORPUS_EPOCHS = 20
+
+
+class ConfigError(KerasTransformerError, ValueError):
+    """A bad flag value or a flag that conflicts with the run's config.json."""
+
+
+def flag(default: Any = None, help: str = "", choices=None, auto: str = "") -> Any:  # noqa: A002
+    meta = {"help": help + (f" (default: {auto})" if auto else ""), "choices": choices}
+    return dataclasses.field(default=default, metadata=meta)
+
+
+@dataclasses.dataclass
+class TrainArgs:
+    """The flags of train.py (DESIGN.md section 8); `None` means "resolved automatically"."""
+
+    model_dir: str = flag("runs/multi30k-en-de", "checkpoints, tokenizer, config.json, logs")
+    preset: str = flag("small", "model size (paper Table 3: base, big)", tuple(PRESETS))
+    src_lang: str = flag("en", "source language")
+    tgt_lang: str = flag("de", "target language")
+    dataset: str = flag(
+        "multi30k", "multi30k | files | tfds:NAME (e.g. tfds:wmt14_translate/de-en)"
+    )
+    train_src: str | None = flag(None, "training source file (--dataset files)")
+    train_tgt: str | None = flag(None, "training target file (--dataset files)")
+    valid_src: str | None = flag(None, "validation source file (--dataset files)")
+    valid_tgt: str | None = flag(None, "validation target file (--dataset files)")
+    data_dir: str | None = flag(
+        None, "local data: Multi30k files or a TFDS data_dir (env KT_DATA_DIR)"
+    )
+    strategy: str = flag(
+        "default",
+        "distribution strategy",
+        ("default", "one_device", "mirrored", "multi_worker", "tpu"),
+    )
+    cpu_devices: int = flag(
+        1, "split the CPU into N logical devices (multi-device paths without GPUs)"
+    )
+    precision: str = flag("float32", "dtype policy", ("float32", "mixed_float16", "mixed_bfloat16"))
+    vocab_size: int | None = flag(
+        None, "joint SentencePiece vocabulary", auto="8000; 37000 for a large corpus"
+    )
+    spm_model_type: str = flag("bpe", "SentencePiece model type", ("bpe", "unigram"))
+    batch_tokens: int | None = flag(
+        None, "padded tokens per update, all replicas", auto="4096; 25000 for a large corpus"
+    )
+    accum_steps: int = flag(1, "micro-batches per update (same update as a k-times larger batch)")
+    max_length: int = flag(128, "longest source or target in tokens; longer pairs are dropped")
+    epochs: int | None = flag(None, "train for N epochs (sets --train-steps)")
+    train_steps: int | None = flag(
+        None,
+        "optimizer updates",
+        auto=f"{SMALL_CORPUS_EPOCHS} epochs; 100000 (big: 300000) for a large corpus",
+    )
+    steps_per_epoch: int | None = flag(
+        None, "batches per epoch; each epoch reshuffles", auto="one pass over the corpus"
+    )
+    checkpoint_every: int | None = flag(
+        None, "save every N steps", auto="train steps / 70, at least 100"
+    )
+    keep_checkpoints: int = flag(5, "checkpoints kept in checkpoints/")
+    eval_every: int | None = flag(None, "validation BLEU every N steps", auto="train steps / 10")
+    eval_sentences: int | None = flag(None, "validation sentences for BLEU (0: all)", auto="500")
+    eval_beam_size: int = flag(4, "beam size of the validation BLEU")
+    patience: int = flag(0, "early stop after N BLEU evaluations without gain (0: never)")
+    log_every: int = flag(100, "metrics.jsonl and TensorBoard every N steps")
+    warmup_steps: int | None = flag(
+        None,
+        "learning-rate warmup",
+        auto="4000; 0.4 x train steps (at most 4000) for a small corpus",
+    )
+    lr_scale: float | None = flag(
+        None, "multiplies the paper's schedule", auto="1.0; 0.8 for a small corpus"
+    )
+    dropout_rate: float | None = flag(
+        None, "residual dropout", auto="the preset's; at least 0.2 for a small corpus"
+    )
+    label_smoothing: float | None = flag(None, "epsilon_ls", auto="0.1")
+    jit_compile: bool = flag(False, "XLA (measure first: slower on CPU)")
+    seed: int = flag(0, "seed of the weights, the data order and dropout")
+    verbose: int | None = flag(
+        None, "Keras fit verbosity", (0, 1, 2), auto="1 on a terminal, else 2"
+    )
+
+
+# Flags that a resumed run cannot change: they define the model, its schedule or the data order.
+FIXED_ON_RESUME = (
+    "preset", "src_lang", "tgt_lang", "dataset", "vocab_size", "spm_model_type", "max_length",
+    "warmup_steps", "lr_scale", "dropout_rate", "label_smoothing", "steps_per_epoch", "seed",
+    "batch_tokens", "accum_steps",
+)  # fmt: skip
+
+
+def option(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def validate(args: TrainArgs) -> None:
+    """Raise ConfigError naming the flag for values no run can use."""
+    positive = ("cpu_devices", "accum_steps", "max_length", "keep_checkpoints", "log_every",
+                "eval_beam_size", "vocab_size", "batch_tokens", "epochs", "train_steps",
+                "steps_per_epoch", "checkpoint_every", "eval_every", "warmup_steps")  # fmt: skip
+    for name in positive:
+        value = getattr(args, name)
+        if value is not None and (not isinstance(value, int) or value <= 0):
+            raise ConfigError(f"{option(name)} must be a positive integer, got {value!r}")
+    for name in ("patience", "eval_sentences"):
+        value = getattr(args, name)
+        if value is not None and value < 0:
+            raise ConfigError(f"{option(name)} must be >= 0, got {value!r}")
+    for name in ("dropout_rate", "label_smoothing"):
+        value = getattr(args, name)
+        if value is not None and not 0.0 <= value < 1.0:
+            raise ConfigError(f"{option(name)} must be in [0, 1), got {value!r}")
+    if args.lr_scale is not None and not args.lr_scale > 0:
+        raise ConfigError(f"--lr-scale must be positive, got {args.lr_scale!r}")
+    if args.epochs is not None and args.train_steps is not None:
+        raise ConfigError("give --epochs or --train-steps, not both")
+
+
+def check_resume(args: TrainArgs, saved: dict, config_path: str) -> None:
+    """A resumed run keeps its model, schedule and data order: refuse a flag that differs."""
+    for name in FIXED_ON_RESUME:
+        given = getattr(args, name)
+        if name in saved and given is not None and given != saved[name]:
+            raise ConfigError(
+                f"{option(name)} {given} differs from {saved[name]} in {config_path}: a resumed "
+                "run keeps its configuration (use a new --model-dir to change it)"
+            )
+
+
+def resolve(args: TrainArgs, *, num_pairs: int | None, batches_per_pass) -> TrainArgs:
+    """Fill every automatic field from the preset and the corpus size.
+
+    A corpus of `LARGE_CORPUS` pairs or more (or of unknown size, as TFDS datasets are
+    until read) gets the paper's recipe: vocabulary 37000, 25000-token batches, warmup
+    4000, learning rate x1, the preset's dropout, 100k steps (big: 300k). A smaller corpus
+    (Multi30k: 29k pairs) gets the recipe measured in the README's quality table: 8000
+    pieces, 4096-token batches, dropout at least 0.2, learning rate x0.8, 20 epochs with
+    40% of them warming up. `batches_per_pass(vocab_size, batch_tokens)` counts (or estimates) the
+    batches of one pass over the corpus; it is only called when needed.
+    """
+    large = num_pairs is None or num_pairs >= LARGE_CORPUS
+    out = dataclasses.replace(args)
+    out.vocab_size = args.vocab_size or (37000 if large else 8000)
+    out.batch_tokens = args.batch_tokens or (25000 if large else 4096)
+    if out.steps_per_epoch is None:
+        out.steps_per_epoch = max(
+            1, batches_per_pass(out.vocab_size, out.batch_tokens * out.accum_steps)
+        )
+    if args.epochs is not None:
+        out.train_steps = args.epochs * out.steps_per_epoch
+    elif out.train_steps is None:
+        paper_steps = 300_000 if args.preset == "big" else 100_000
+        out.train_steps = paper_steps if large else SMALL_CORPUS_EPOCHS * out.steps_per_epoch
+    out.epochs = None
+    if out.warmup_steps is None:
+        out.warmup_steps = 4000 if large else min(4000, max(100, round(0.4 * out.train_steps, -2)))
+    if out.lr_scale is None:
+        out.lr_scale = 1.0 if large else 0.8
+    preset_dropout = PRESETS[args.preset]["dropout_rate"]
+    if out.dropout_rate is None:
+        out.dropout_rate = preset_dropout if large else max(preset_dropout, 0.2)
+    if out.label_smoothing is None:
+        out.label_smoothing = 0.1
+    if out.checkpoint_every is None:
+        out.checkpoint_every = max(100, int(round(out.train_steps / 70, -2)))
+    if out.eval_every is None:
+        out.eval_every = max(out.steps_per_epoch, int(math.ceil(out.train_steps / 10)))
+    if out.eval_sentences is None:
+        out.eval_sentences = 500
+    return out
+
+
+def describe(args: TrainArgs, given: TrainArgs) -> str:
+    """The resolved settings, one line each, marking those that were resolved automatically."""
+    lines = []
+    for field in dataclasses.fields(args):
+        value = getattr(args, field.name)
+        auto = getattr(given, field.name) is None and value is not None
+        lines.append(f"  {option(field.name):20} {value}{'  (auto)' if auto else ''}")
+    return "\n".join(lines)
+
+
+__all__ = ["ConfigError", "TrainArgs", "check_resume", "describe", "resolve", "validate"]

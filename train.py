@@ -2,7 +2,7 @@
 
     python train.py --strategy mirrored
     python train.py --dataset tfds:wmt14_translate/de-en --src-lang en --tgt-lang de \
-        --preset base --strategy mirrored --precision mixed_float16 --batch-tokens 25000
+        --preset base --strategy mirrored --precision mixed_float16
 
 Running again with the same --model-dir resumes where it stopped.
 """

@@ -1,1 +1,6 @@
-"""Training: strategy and precision, callbacks, and the trainer behind train.py."""
+"""Training: strategy and precision, the training step, callbacks, and the trainer behind
+train.py."""
+
+from keras_transformer.training.step import TrainingModel
+
+__all__ = ["TrainingModel"]

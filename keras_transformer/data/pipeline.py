@@ -121,3 +121,64 @@ def make_batches(
     return data.map(lambda src, tgt_in, tgt_out: ((src, tgt_in), tgt_out)).prefetch(
         tf.data.AUTOTUNE
     )
+
+
+def window_shuffle(pairs: tf.data.Dataset, window: int, seed) -> tf.data.Dataset:
+    """Shuffle each consecutive window of `window` pairs with a stateless RNG.
+
+    The order is a pure function of `seed` (an int64 [2] tensor) and the window index, not of
+    how many times the dataset was iterated: what an exact resume needs.
+    """
+
+    def permute(index, block):
+        src, tgt = block
+        order = tf.random.experimental.stateless_shuffle(
+            tf.range(tf.shape(src)[0]), seed=seed + tf.stack([tf.constant(0, tf.int64), index])
+        )
+        return tf.gather(src, order), tf.gather(tgt, order)
+
+    return pairs.batch(window).enumerate().map(permute).unbatch()
+
+
+def training_batches(
+    pairs: tf.data.Dataset,
+    tokenizer: SubwordTokenizer,
+    *,
+    batch_tokens: int,
+    max_length: int,
+    seed: int,
+    steps_per_epoch: int,
+    start_step: int = 0,
+    shuffle_buffer: int = 20_000,
+    stats: PipelineStats | None = None,
+    **kwargs,
+) -> tf.data.Dataset:
+    """An endless stream of training batches whose position can be restored exactly.
+
+    Epoch e (0, 1, ...) is `steps_per_epoch` batches of the corpus (repeated within the
+    epoch if it is shorter), each window of `shuffle_buffer` pairs permuted with a seed
+    that depends only on (`seed`, e), so batch i of the stream depends only on (`seed`, i).
+    `start_step` s starts at batch s: at epoch s // steps_per_epoch, skipping only the
+    s % steps_per_epoch batches before it.
+    """
+    if not isinstance(steps_per_epoch, int) or steps_per_epoch <= 0:
+        raise PipelineError(
+            f"--steps-per-epoch must be a positive integer, got {steps_per_epoch!r}"
+        )
+    start_epoch, offset = divmod(int(start_step), steps_per_epoch)
+    stats = stats or PipelineStats()
+
+    def epoch(e):
+        seed_e = tf.stack([tf.constant(seed, tf.int64), e])
+        return make_batches(
+            window_shuffle(pairs.repeat(), shuffle_buffer, seed_e),
+            tokenizer,
+            batch_tokens=batch_tokens,
+            max_length=max_length,
+            shuffle=False,
+            stats=stats,
+            **kwargs,
+        ).take(steps_per_epoch)
+
+    stream = tf.data.Dataset.counter(start_epoch).flat_map(epoch).skip(offset)
+    return stream.prefetch(tf.data.AUTOTUNE)

@@ -55,7 +55,8 @@ def run(args: TrainArgs) -> dict:
 
     with strategy.scope():
         model = build_model(shared.model_config(), settings)
-    bleu = make_bleu_callback(settings, model, tokenizer, valid, shared, chief, strategy)
+    metrics = cb.MetricsLogger(own, cb.StepState(model), settings.log_every, chief)
+    bleu = make_bleu_callback(settings, model, tokenizer, valid, shared, chief, strategy, metrics)
     checkpoint = tf.train.Checkpoint(
         model=model.transformer,
         optimizer=model.optimizer,
@@ -94,7 +95,7 @@ def run(args: TrainArgs) -> dict:
         max_length=settings.max_length,
         shuffle=False,
     )
-    callbacks = make_callbacks(settings, own, manager, model, bleu, chief)
+    callbacks = make_callbacks(settings, own, manager, model, [metrics, bleu])
     fit_to_step(model, data_from, valid_batches, callbacks, settings)
     if int(stats.too_long.numpy()):
         print(
@@ -215,7 +216,7 @@ def seed_states(model) -> list:
     return [v for v in model.variables if "seed_generator_state" in v.path]
 
 
-def make_bleu_callback(settings, model, tokenizer, valid, run: Run, chief: bool, strategy):
+def make_bleu_callback(settings, model, tokenizer, valid, run: Run, chief, strategy, metrics):
     from keras_transformer.translator import Translator
 
     sources, references, translate = [], [], None
@@ -235,23 +236,24 @@ def make_bleu_callback(settings, model, tokenizer, valid, run: Run, chief: bool,
         every=settings.eval_every,
         best_manager=best if chief else None,
         state=cb.StepState(model),
-        metrics=cb.MetricsLogger(run, cb.StepState(model), settings.log_every, chief),
+        metrics=metrics,
         log_dir=run.path(LOG_DIR),
         patience=settings.patience,
         strategy=strategy,
     )
 
 
-def make_callbacks(settings, run: Run, manager, model, bleu, chief: bool) -> list:
+def make_callbacks(settings, run: Run, manager, model, evaluation: list) -> list:
+    """Keras runs callbacks in this order: a checkpoint taken at an evaluation step must
+    already hold that evaluation's best score."""
     state = cb.StepState(model)
     guard = cb.NonFiniteLossGuard(manager)
     return [
         guard,
+        *evaluation,
         cb.CheckpointEvery(manager, state, settings.checkpoint_every, guard),
-        cb.MetricsLogger(run, state, settings.log_every, chief),
         keras.callbacks.TensorBoard(run.path(LOG_DIR), update_freq=settings.log_every),
         cb.StopAtStep(state, settings.train_steps),
-        bleu,
     ]
 
 
@@ -269,13 +271,16 @@ def fit_to_step(model: TrainingModel, data_from, valid_batches, callbacks, setti
     )
     while _step(model) < settings.train_steps:
         before, position = _step(model), int(model.data_position.numpy())
-        initial_epoch = position // spe
+        epoch, offset = divmod(position, spe)
+        # a run resumed mid-epoch first finishes that epoch, so that epochs (validation,
+        # end-of-epoch checkpoints) end where an uninterrupted run's do
+        epochs = 1 if offset else math.ceil((settings.train_steps - before) / spe)
         model.fit(
             data_from(position),
             validation_data=valid_batches,
-            steps_per_epoch=spe,
-            initial_epoch=initial_epoch,
-            epochs=initial_epoch + math.ceil((settings.train_steps - before) / spe),
+            steps_per_epoch=spe - offset,
+            initial_epoch=epoch,
+            epochs=epoch + epochs,
             callbacks=callbacks,
             verbose=verbose,
             shuffle=False,  # the pipeline shuffles; Keras cannot shuffle a Dataset

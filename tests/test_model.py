@@ -59,9 +59,9 @@ def test_appending_source_padding_changes_nothing():
     np.testing.assert_allclose(model((padded, TGT)).numpy(), logits, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("norm_first", [False, True])
-def test_decode_step_with_cache_reproduces_decode(norm_first):
-    model = tiny(norm_first=norm_first)
+@pytest.mark.parametrize("overrides", [{}, {"norm_first": True}, {"d_k": 8, "d_v": 24}])
+def test_decode_step_with_cache_reproduces_decode(overrides):
+    model = tiny(**overrides)
     memory = model.encode(SRC)
     full = model.decode(TGT, memory, SRC).numpy()
     cache = model.init_cache(memory, SRC, max_length=8)

@@ -4,6 +4,7 @@ import tensorflow as tf
 
 from keras_transformer.layers import MultiHeadAttention, ScaledDotProductAttention, masks
 from tests.layer_test import run_layer_test
+from tests.layers import reference
 
 RNG = np.random.default_rng(2)
 Q = RNG.normal(size=(2, 3, 4, 6)).astype(np.float32)  # (B, h, T, d_k)
@@ -64,29 +65,60 @@ def test_self_attention_layer():
 def test_cross_attention_layer():
     run_layer_test(
         MultiHeadAttention,
-        {"num_heads": 3, "d_model": 12, "self_attention": False},
+        {"num_heads": 3, "d_model": 12, "self_attention": False, "d_k": 2, "d_v": 5},
         (X, MEM),
         expected_output_shape=(2, 4, 12),
         expected_num_trainable_weights=6,
     )
 
 
+@pytest.mark.parametrize("self_attention", [True, False])
+@pytest.mark.parametrize("depths", [(4, 4), (2, 5), (8, 3)])
+def test_multi_head_attention_is_the_papers_formula(self_attention, depths):
+    d_k, d_v = depths
+    layer = MultiHeadAttention(
+        num_heads=3, d_model=12, d_k=d_k, d_v=d_v, self_attention=self_attention
+    )
+    layer.build()
+    reference.randomize(layer)
+    if self_attention:  # one fused (d_model, h d_k + h d_k + h d_v) projection
+        assert layer.qkv_kernel.shape == (12, 3 * (2 * d_k + d_v))
+        memory, mask = None, masks.causal_mask(4)
+    else:
+        assert layer.q_kernel.shape == (12, 3 * d_k)
+        assert layer.kv_kernel.shape == (12, 3 * (d_k + d_v))
+        memory, mask = MEM, masks.key_padding_mask(tf.constant(SRC))
+    assert layer.output_kernel.shape == (3 * d_v, 12)
+    args = (X,) if memory is None else (X, memory)
+    expected = reference.multi_head_attention(layer, X, memory, mask.numpy()[:, 0])
+    np.testing.assert_allclose(layer(*args, attention_mask=mask), expected, rtol=1e-4, atol=1e-4)
+
+
 def test_heads_have_depth_d_model_over_h_and_weights_sum_to_one():
-    layer = MultiHeadAttention(num_heads=3, d_model=12, self_attention=False)
+    layer = MultiHeadAttention(
+        num_heads=3, d_model=12, self_attention=False, return_attention_scores=True
+    )
     mask = masks.key_padding_mask(tf.constant(SRC))
-    _, weights = layer(X, MEM, attention_mask=mask, return_attention_scores=True)
+    _, weights = layer(X, MEM, attention_mask=mask)
     assert weights.shape == (2, 3, 4, 5)
     np.testing.assert_allclose(weights.numpy().sum(-1), 1.0, rtol=1e-6)
     assert np.all(weights.numpy()[0, :, :, 3:] == 0.0)
     assert layer.q_kernel.shape == (12, 12) and layer.kv_kernel.shape == (12, 24)
 
 
-def test_cached_self_attention_equals_causal_full_attention():
-    layer = MultiHeadAttention(num_heads=3, d_model=12)
-    full = layer(X, attention_mask=masks.causal_mask(4)).numpy()
-    cache = {"k": tf.zeros([2, 3, 6, 4]), "v": tf.zeros([2, 3, 6, 4])}
+@pytest.mark.parametrize("scores", [False, True])
+def test_cached_self_attention_equals_causal_full_attention(scores):
+    layer = MultiHeadAttention(num_heads=3, d_model=12, d_v=5, return_attention_scores=scores)
+    full = layer(X, attention_mask=masks.causal_mask(4))
+    full = (full[0] if scores else full).numpy()
+    cache = {"k": tf.zeros([2, 3, 6, 4]), "v": tf.zeros([2, 3, 6, 5])}
     for t in range(4):
-        out, cache = layer(X[:, t : t + 1], cache=cache, step=t)
+        outputs = layer(X[:, t : t + 1], cache=cache, step=t)
+        assert len(outputs) == 2 + scores  # (outputs, cache[, weights]): the scores are kept
+        out, cache = outputs[:2]
+        if scores:
+            weights = outputs[2].numpy()
+            assert weights.shape == (2, 3, 1, 6) and np.all(weights[..., t + 1 :] == 0.0)
         np.testing.assert_allclose(out.numpy()[:, 0], full[:, t], rtol=1e-5, atol=1e-5)
 
 
@@ -94,14 +126,24 @@ def test_cached_cross_attention_equals_uncached():
     layer = MultiHeadAttention(num_heads=3, d_model=12, self_attention=False)
     mask = masks.key_padding_mask(tf.constant(SRC))
     expected = layer(X, MEM, attention_mask=mask).numpy()
-    out, _ = layer(X, attention_mask=mask, cache=layer.project_memory(MEM))
+    out = layer(X, attention_mask=mask, projected_memory=layer.project_memory(MEM))
     np.testing.assert_allclose(out.numpy(), expected, rtol=1e-6)
 
 
 def test_bad_arguments():
     with pytest.raises(ValueError, match="multiple of num_heads"):
         MultiHeadAttention(num_heads=5, d_model=12)
+    with pytest.raises(ValueError, match="d_k must be a positive integer"):
+        MultiHeadAttention(num_heads=3, d_model=12, d_k=0)
+    assert MultiHeadAttention(num_heads=5, d_model=12, d_k=3, d_v=3)(X).shape == (2, 4, 12)
     with pytest.raises(ValueError, match="takes no `memory`"):
         MultiHeadAttention(num_heads=3, d_model=12)(X, MEM)
-    with pytest.raises(ValueError, match="needs `memory`"):
-        MultiHeadAttention(num_heads=3, d_model=12, self_attention=False)(X)
+    cross = MultiHeadAttention(num_heads=3, d_model=12, self_attention=False)
+    with pytest.raises(ValueError, match="exactly one of `memory` and `projected_memory`"):
+        cross(X)
+    with pytest.raises(ValueError, match="exactly one of `memory` and `projected_memory`"):
+        cross(X, MEM, projected_memory=cross.project_memory(MEM))
+    with pytest.raises(ValueError, match="keeps no cache"):
+        cross(X, MEM, cache={"k": tf.zeros([2, 3, 6, 4]), "v": tf.zeros([2, 3, 6, 4])}, step=0)
+    with pytest.raises(ValueError, match="cache and `step` go together"):
+        MultiHeadAttention(num_heads=3, d_model=12)(X[:, :1], step=0)

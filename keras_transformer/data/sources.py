@@ -128,35 +128,44 @@ def read_parallel_files(source_path: str, target_path: str) -> ParallelText:
 
 
 def default_cache_dir() -> str:
-    return os.path.join(
-        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "keras_transformer"
-    )
+    """`$XDG_CACHE_HOME/keras_transformer` (absolute), else `~/.cache/keras_transformer`."""
+    cache_home = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    return os.path.join(os.path.abspath(cache_home), "keras_transformer")
+
+
+def data_dir_from_env() -> str | None:
+    """$KT_DATA_DIR as an absolute path (resolved against the current directory), or None."""
+    value = os.environ.get(DATA_DIR_ENV)
+    return os.path.abspath(value) if value else None
 
 
 def find_multi30k_file(
     split: str, lang: str, data_dir: str | None = None, download: bool = True
 ) -> str:
-    """Path of Multi30k `split` ("train", "validation", "test") in `lang`.
+    """Absolute path of Multi30k `split` ("train", "validation", "test") in `lang`.
 
-    Looked up in `data_dir` (or $KT_DATA_DIR), directly or in its `multi30k/` folder, as
-    `<name>.<lang>.gz` or `<name>.<lang>`; else in the cache, downloading it from the
-    dataset's public repository (multi30k/dataset, data/task1/raw) when `download`
-    (and $KT_OFFLINE is unset).
+    With a data directory (`data_dir`, else $KT_DATA_DIR) the file must be there, directly or
+    in its `multi30k/` folder, as `<name>.<lang>.gz` or `<name>.<lang>`: nothing is downloaded.
+    Without one it is taken from the cache, downloaded there first from the dataset's public
+    repository (multi30k/dataset, data/task1/raw) when `download` and $KT_OFFLINE is unset.
     """
     if split not in MULTI30K_SPLITS:
         raise DataError(f"unknown Multi30k split {split!r}; choose from {sorted(MULTI30K_SPLITS)}")
     name = f"{MULTI30K_SPLITS[split]}.{lang}"
-    data_dir = data_dir or os.environ.get(DATA_DIR_ENV)
+    data_dir = os.path.abspath(data_dir) if data_dir else data_dir_from_env()
     cache = os.path.join(default_cache_dir(), "multi30k")
-    folders = [d for d in ([data_dir, os.path.join(data_dir, "multi30k")] if data_dir else [])] + [
-        cache
-    ]
+    folders = [data_dir, os.path.join(data_dir, "multi30k")] if data_dir else [cache]
     for folder in folders:
         for candidate in (f"{name}.gz", name):
             path = os.path.join(folder, candidate)
             if os.path.isfile(path):
                 return path
     looked = ", ".join(folders)
+    if data_dir:
+        raise DataError(
+            f"Multi30k file {name}(.gz) not found in: {looked} (--data-dir / {DATA_DIR_ENV}); "
+            "nothing is downloaded when a data directory is given"
+        )
     if not download or os.environ.get("KT_OFFLINE"):
         raise DataError(f"Multi30k file {name}(.gz) not found in: {looked}")
     url = f"{MULTI30K_URL}/{name}.gz"

@@ -63,6 +63,33 @@ def test_data_dir_without_multi30k(tmp_path, monkeypatch):
         find_multi30k_file("train", "en", os.path.join(tmp_path, "empty"), download=False)
 
 
+def test_relative_data_dir_from_env_is_resolved_once(multi30k_dir, tmp_path, monkeypatch):
+    relative = os.path.relpath(multi30k_dir, tmp_path)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KT_DATA_DIR", relative)
+    path = find_multi30k_file("validation", "de")
+    assert os.path.isabs(path) and path == os.path.join(multi30k_dir, "val.de.gz")
+    # The path stays valid after the working directory changes (a notebook kernel, a child).
+    monkeypatch.chdir(os.path.dirname(multi30k_dir))
+    assert os.path.isfile(path)
+
+
+def test_nothing_downloads_when_a_data_dir_is_given(tmp_path, monkeypatch):
+    monkeypatch.delenv("KT_OFFLINE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", os.path.join(tmp_path, "cache"))
+
+    def no_network(*args, **kwargs):
+        raise AssertionError(f"tried to download {args[0]}")
+
+    monkeypatch.setattr("urllib.request.urlopen", no_network)
+    empty = os.path.join(tmp_path, "empty")
+    with pytest.raises(DataError, match=r"train\.en\(\.gz\) not found in: .*empty.*--data-dir"):
+        find_multi30k_file("train", "en", empty)
+    monkeypatch.setenv("KT_DATA_DIR", empty)
+    with pytest.raises(DataError, match="nothing is downloaded when a data directory is given"):
+        load_parallel("multi30k", "train", "en", "de")
+
+
 def test_unknown_dataset():
     with pytest.raises(DataError, match="unknown --dataset 'wmt99'"):
         load_parallel("wmt99", "train", "en", "de")

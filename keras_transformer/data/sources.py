@@ -194,9 +194,21 @@ def multi30k(split: str, src_lang: str, tgt_lang: str, data_dir: str | None = No
 
 
 def tfds_translation(
-    name: str, split: str, src_lang: str, tgt_lang: str, data_dir: str | None = None
+    name: str,
+    split: str,
+    src_lang: str,
+    tgt_lang: str,
+    data_dir: str | None = None,
+    *,
+    shuffle_files: bool = False,
+    seed: int = 0,
 ) -> ParallelText:
-    """A TFDS translation dataset, e.g. "wmt14_translate/de-en" or "ted_hrlr_translate/pt_to_en"."""
+    """A TFDS translation dataset, e.g. "wmt14_translate/de-en" or "ted_hrlr_translate/pt_to_en".
+
+    `shuffle_files` reads the files in an order drawn from `seed` (the same order on every
+    pass, so a stream position stays restorable): WMT14 is stored sub-corpus by sub-corpus,
+    which a bounded shuffle buffer alone cannot mix.
+    """
     import tensorflow_datasets as tfds
 
     try:
@@ -207,8 +219,18 @@ def tfds_translation(
     for lang in (src_lang, tgt_lang):
         if lang not in languages:
             raise DataError(f"TFDS dataset {name} has languages {languages}, not {lang!r}")
+    read_config = tfds.ReadConfig(
+        shuffle_seed=seed if shuffle_files else None,
+        shuffle_reshuffle_each_iteration=False if shuffle_files else None,
+    )
     try:
-        dataset = tfds.load(name, split=split, data_dir=data_dir, shuffle_files=False)
+        dataset = tfds.load(
+            name,
+            split=split,
+            data_dir=data_dir,
+            shuffle_files=shuffle_files,
+            read_config=read_config,
+        )
     except Exception as err:
         raise DataError(
             f"cannot load TFDS dataset {name} split {split!r} from {data_dir}: {err}"
@@ -218,7 +240,8 @@ def tfds_translation(
             tf.strings.length(tf.strings.strip(s)) > 0, tf.strings.length(tf.strings.strip(t)) > 0
         )
     )
-    return ParallelText(dataset=pairs, description=f"tfds:{name} [{split}]")
+    order = f", files shuffled with seed {seed}" if shuffle_files else ""
+    return ParallelText(dataset=pairs, description=f"tfds:{name} [{split}]{order}")
 
 
 def load_parallel(
@@ -229,8 +252,11 @@ def load_parallel(
     *,
     data_dir: str | None = None,
     files: tuple[str, str] | None = None,
+    seed: int = 0,
 ) -> ParallelText:
-    """Dispatch on `--dataset`: "multi30k", "files" (with `files`) or "tfds:NAME"."""
+    """Dispatch on `--dataset`: "multi30k", "files" (with `files`) or "tfds:NAME".
+
+    TFDS training splits read their files in an order drawn from `seed`."""
     if dataset == "multi30k":
         return multi30k(split, src_lang, tgt_lang, data_dir)
     if dataset == "files":
@@ -239,5 +265,13 @@ def load_parallel(
         return read_parallel_files(*files)
     if dataset.startswith("tfds:"):
         tfds_split = {"validation": "validation", "train": "train", "test": "test"}[split]
-        return tfds_translation(dataset[5:], tfds_split, src_lang, tgt_lang, data_dir)
+        return tfds_translation(
+            dataset[5:],
+            tfds_split,
+            src_lang,
+            tgt_lang,
+            data_dir,
+            shuffle_files=split == "train",
+            seed=seed,
+        )
     raise DataError(f"unknown --dataset {dataset!r}: use multi30k, files or tfds:NAME")

@@ -93,3 +93,35 @@ def test_nothing_downloads_when_a_data_dir_is_given(tmp_path, monkeypatch):
 def test_unknown_dataset():
     with pytest.raises(DataError, match="unknown --dataset 'wmt99'"):
         load_parallel("wmt99", "train", "en", "de")
+
+
+class _FakeBuilder:
+    class info:  # noqa: N801 - mirrors tfds.core.DatasetInfo
+        features = {"de": None, "en": None}
+
+
+@pytest.mark.parametrize("split,shuffled", [("train", True), ("validation", False)])
+def test_tfds_training_files_are_shuffled_with_the_seed(monkeypatch, split, shuffled):
+    import tensorflow as tf
+    import tensorflow_datasets as tfds
+
+    calls = []
+
+    def fake_load(name, **kwargs):
+        calls.append((name, kwargs))
+        return tf.data.Dataset.from_tensor_slices({"en": ["a", " ", "b"], "de": ["x", "y", "z"]})
+
+    monkeypatch.setattr(tfds, "builder", lambda name, data_dir=None: _FakeBuilder())
+    monkeypatch.setattr(tfds, "load", fake_load)
+    parallel = load_parallel("tfds:wmt14_translate/de-en", split, "en", "de", seed=17)
+    assert pairs_of(parallel) == [("a", "x"), ("b", "z")]  # empty sides dropped
+    [(name, kwargs)] = calls
+    assert name == "wmt14_translate/de-en" and kwargs["split"] == split
+    assert kwargs["shuffle_files"] is shuffled
+    config = kwargs["read_config"]
+    if shuffled:
+        # Seeded, and the same file order on every pass (a stream position stays restorable).
+        assert config.shuffle_seed == 17 and config.shuffle_reshuffle_each_iteration is False
+        assert "files shuffled with seed 17" in parallel.report()
+    else:
+        assert config.shuffle_seed is None

@@ -5,6 +5,7 @@ from keras_transformer.data.pipeline import (
     PipelineStats,
     bucket_boundaries,
     make_batches,
+    training_batches,
 )
 from keras_transformer.data.sources import (
     DataError,
@@ -30,4 +31,5 @@ __all__ = [
     "make_batches",
     "read_parallel_files",
     "train_sentencepiece",
+    "training_batches",
 ]

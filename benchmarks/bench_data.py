@@ -9,6 +9,10 @@ compressed. The pipeline is the training one: SentencePiece in the graph, bos/eo
 filter, 20k-pair shuffle buffer, token-budget buckets (4096 tokens), prefetch. Reported:
 pairs/s, target tokens/s (real, non-pad) over --batches batches after a warm-up, and peak
 RSS. Streaming means the big corpus's peak RSS stays within 1.5x of Multi30k's.
+
+Two pipelines are measured, each in its own subprocess: `make_batches(...).repeat()` and
+`training_batches` (the restartable training stream: epochs of --steps-per-epoch batches,
+each seeded by (seed, epoch), starting at a seeded offset of the corpus).
 """
 
 from __future__ import annotations
@@ -27,18 +31,39 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
-def measure(src: str, tgt: str, spm_model: str, batches: int) -> dict:
+PIPELINES = ("make_batches", "training_batches")
+
+
+def measure(
+    src: str, tgt: str, spm_model: str, batches: int, pipeline: str, steps_per_epoch: int
+) -> dict:
     import numpy as np
 
-    from keras_transformer.data import SubwordTokenizer, make_batches, read_parallel_files
+    from keras_transformer.data import (
+        SubwordTokenizer,
+        make_batches,
+        read_parallel_files,
+        training_batches,
+    )
 
     start = time.perf_counter()
     pairs = read_parallel_files(src, tgt)
     scan_s = time.perf_counter() - start
     tokenizer = SubwordTokenizer(spm_model)
-    data = make_batches(
-        pairs.dataset, tokenizer, batch_tokens=4096, max_length=128, seed=0
-    ).repeat()
+    if pipeline == "make_batches":
+        data = make_batches(
+            pairs.dataset, tokenizer, batch_tokens=4096, max_length=128, seed=0
+        ).repeat()
+    else:
+        data = training_batches(
+            pairs.dataset,
+            tokenizer,
+            batch_tokens=4096,
+            max_length=128,
+            seed=0,
+            steps_per_epoch=steps_per_epoch,
+            num_pairs=pairs.num_pairs,
+        )
     iterator = iter(data)
     for _ in range(20):  # warm-up: fill the shuffle buffer
         next(iterator)
@@ -80,10 +105,16 @@ def main(argv=None) -> None:
     )
     parser.add_argument("--big-pairs", type=int, default=4_500_000)
     parser.add_argument("--batches", type=int, default=300)
-    parser.add_argument("--child", nargs=3, metavar=("SRC", "TGT", "SPM"), help=argparse.SUPPRESS)
+    parser.add_argument("--steps-per-epoch", type=int, default=1000)
+    parser.add_argument("--pipelines", nargs="+", choices=PIPELINES, default=list(PIPELINES))
+    parser.add_argument(
+        "--child", nargs=4, metavar=("SRC", "TGT", "SPM", "PIPELINE"), help=argparse.SUPPRESS
+    )
     args = parser.parse_args(argv)
     if args.child:
-        print(json.dumps(measure(*args.child, args.batches)))
+        print(
+            json.dumps(measure(*args.child[:3], args.batches, args.child[3], args.steps_per_epoch))
+        )
         return
 
     from keras_transformer.data.sources import find_multi30k_file
@@ -102,29 +133,25 @@ def main(argv=None) -> None:
         with open(spm_model, "wb") as handle:
             handle.write(train_sentencepiece(sentences, 8000))
 
-        def child(a, b):
-            cmd = [
-                sys.executable,
-                __file__,
-                "--child",
-                a,
-                b,
-                spm_model,
-                "--batches",
-                str(args.batches),
-            ]
+        def child(a, b, pipeline):
+            cmd = [sys.executable, __file__, "--child", a, b, spm_model, pipeline]
+            cmd += ["--batches", str(args.batches), "--steps-per-epoch", str(args.steps_per_epoch)]
             out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
             return json.loads(out.strip().splitlines()[-1])
 
-        report = {"machine": f"{os.cpu_count()} CPU cores", "multi30k": child(src, tgt)}
+        report = {"machine": f"{os.cpu_count()} CPU cores"}
+        for pipeline in args.pipelines:
+            report[pipeline] = {"multi30k": child(src, tgt, pipeline)}
         if args.big_pairs:
             start = time.perf_counter()
             big = write_big(data_dir, tmp, args.big_pairs)
             report["big_corpus_written_s"] = round(time.perf_counter() - start, 1)
-            report["big"] = child(*big)
-            report["rss_ratio_big_vs_multi30k"] = round(
-                report["big"]["peak_rss_mb"] / report["multi30k"]["peak_rss_mb"], 2
-            )
+            for pipeline in args.pipelines:
+                result = report[pipeline]
+                result["big"] = child(*big, pipeline)
+                result["rss_ratio_big_vs_multi30k"] = round(
+                    result["big"]["peak_rss_mb"] / result["multi30k"]["peak_rss_mb"], 2
+                )
         print(json.dumps(report, indent=2))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

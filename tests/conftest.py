@@ -9,9 +9,22 @@ import tensorflow as tf  # noqa: E402
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED_DATA = os.path.join(os.path.dirname(REPO), "shared", "data")
 
+# Paths from the environment, resolved once against the directory pytest started in, so that
+# subprocesses and notebook kernels (which run elsewhere, e.g. in a tmp dir) see the same folder.
+PATH_VARIABLES = ("KT_DATA_DIR", "KT_MODEL_DIR", "XDG_CACHE_HOME")
+for _name in PATH_VARIABLES:
+    if os.environ.get(_name):
+        os.environ[_name] = os.path.abspath(os.environ[_name])
+
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: takes more than a few seconds (still runs in CI)")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """A run that collected nothing fails loudly (exit code 5; .ci/run fails on any non-zero)."""
+    if exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
+        print("\nERROR: pytest collected no tests (exit code 5): check the paths and -k/-m filters")
 
 
 # Seeded once: tf.random.set_seed clears TensorFlow's kernel cache, which destroys the
@@ -29,8 +42,8 @@ def _reset_policy():
 
 @pytest.fixture(scope="session")
 def multi30k_dir():
-    """The Multi30k files: KT_DATA_DIR if set, else ../shared/data/multi30k."""
-    path = os.environ.get("KT_DATA_DIR") or SHARED_DATA
+    """The Multi30k files (absolute path): KT_DATA_DIR if set, else ../shared/data/multi30k."""
+    path = os.path.abspath(os.environ.get("KT_DATA_DIR") or SHARED_DATA)
     path = path if os.path.basename(path) == "multi30k" else os.path.join(path, "multi30k")
     if not os.path.exists(os.path.join(path, "train.en.gz")):
         pytest.fail(f"Multi30k not found in {path}: set KT_DATA_DIR")

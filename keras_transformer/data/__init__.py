@@ -13,7 +13,11 @@ from keras_transformer.data.sources import (
     load_parallel,
     read_parallel_files,
 )
-from keras_transformer.data.tokenizer import SubwordTokenizer, train_sentencepiece
+from keras_transformer.data.tokenizer import (
+    SubwordTokenizer,
+    TokenizerError,
+    train_sentencepiece,
+)
 
 __all__ = [
     "DataError",
@@ -21,6 +25,7 @@ __all__ = [
     "PipelineError",
     "PipelineStats",
     "SubwordTokenizer",
+    "TokenizerError",
     "bucket_boundaries",
     "load_parallel",
     "make_batches",

@@ -2,6 +2,10 @@
 
 tokenize -> bos/eos -> drop pairs over `max_length` (counted) -> shuffle (bounded buffer) ->
 bucket by length with a token budget -> pad to the bucket boundary -> prefetch.
+
+`make_batches` is one pass (validation, or one seeded epoch); `training_batches` is the
+infinite training stream whose batch i depends only on (seed, i), so it restarts exactly at
+any step.
 """
 
 from __future__ import annotations
@@ -76,12 +80,19 @@ def make_batches(
     seed: int = 0,
     boundaries: list[int] | None = None,
     stats: PipelineStats | None = None,
+    epoch: int | tf.Tensor | None = None,
+    prefetch: bool = True,
 ) -> tf.data.Dataset:
     """Token-budget batches: every batch has rows x padded length <= `batch_tokens`.
 
     `max_length` bounds the source (with eos) and the shifted target (with bos or eos);
     longer pairs are dropped and counted in `stats.too_long`. Rows are padded to the
     bucket boundary, so a whole epoch uses only `len(boundaries)` distinct lengths.
+
+    Without `epoch`, the shuffle is seeded by `seed` and reshuffles on every iteration of
+    the returned dataset. With `epoch` (an int, or a scalar tensor inside
+    `Dataset.flat_map`), the order depends only on (`seed`, `epoch`): the same on every
+    iteration, different from one epoch to the next.
     """
     if not isinstance(batch_tokens, int) or batch_tokens <= 0:
         raise PipelineError(f"--batch-tokens must be a positive integer, got {batch_tokens!r}")
@@ -107,8 +118,10 @@ def make_batches(
             return tf.identity(ok)
 
     data = tokenize_pairs(pairs, tokenizer).map(split).filter(fits)
-    if shuffle:
+    if shuffle and epoch is None:
         data = data.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+    elif shuffle:
+        data = _shuffle_with_seed(data, shuffle_buffer, epoch_seed(seed, epoch))
     # bucket_by_sequence_length pads to (boundary - 1), so shift the boundaries by one
     data = data.bucket_by_sequence_length(
         element_length_func=lambda src, tgt_in, tgt_out: tf.maximum(tf.size(src), tf.size(tgt_in)),
@@ -118,26 +131,28 @@ def make_batches(
         padding_values=(0, 0, 0),
         pad_to_bucket_boundary=True,
     )
-    return data.map(lambda src, tgt_in, tgt_out: ((src, tgt_in), tgt_out)).prefetch(
-        tf.data.AUTOTUNE
-    )
+    data = data.map(lambda src, tgt_in, tgt_out: ((src, tgt_in), tgt_out))
+    return data.prefetch(tf.data.AUTOTUNE) if prefetch else data
 
 
-def window_shuffle(pairs: tf.data.Dataset, window: int, seed) -> tf.data.Dataset:
-    """Shuffle each consecutive window of `window` pairs with a stateless RNG.
+def epoch_seed(seed: int, epoch: int | tf.Tensor) -> tf.Tensor:
+    """The shuffle seed of `epoch` (int64 scalar): distinct for every (seed, epoch < 1e6)."""
+    return tf.constant(seed, tf.int64) * 1_000_003 + tf.cast(epoch, tf.int64)
 
-    The order is a pure function of `seed` (an int64 [2] tensor) and the window index, not of
-    how many times the dataset was iterated: what an exact resume needs.
+
+def _shuffle_with_seed(data: tf.data.Dataset, buffer: int, seed: tf.Tensor) -> tf.data.Dataset:
+    """A shuffle whose order depends only on `seed` (an int64 scalar tensor).
+
+    Built inside a one-element `flat_map` whose function graph has no graph-level seed, so
+    the global seed does not enter the order (and tf.data's Python check of the seed pair
+    against (0, 0), which fails for a tensor seed under global seed 0, is never reached).
     """
 
-    def permute(index, block):
-        src, tgt = block
-        order = tf.random.experimental.stateless_shuffle(
-            tf.range(tf.shape(src)[0]), seed=seed + tf.stack([tf.constant(0, tf.int64), index])
-        )
-        return tf.gather(src, order), tf.gather(tgt, order)
+    def shuffled(op_seed):
+        tf.compat.v1.get_default_graph().seed = None  # this function's graph only
+        return data.shuffle(buffer, seed=op_seed, reshuffle_each_iteration=False)
 
-    return pairs.batch(window).enumerate().map(permute).unbatch()
+    return tf.data.Dataset.from_tensors(tf.cast(seed, tf.int64)).flat_map(shuffled)
 
 
 def training_batches(
@@ -149,36 +164,59 @@ def training_batches(
     seed: int,
     steps_per_epoch: int,
     start_step: int = 0,
-    shuffle_buffer: int = 20_000,
     stats: PipelineStats | None = None,
+    num_pairs: int | None = None,
     **kwargs,
 ) -> tf.data.Dataset:
-    """An endless stream of training batches whose position can be restored exactly.
+    """The infinite training stream of `((src, tgt_in), tgt_out)` batches, restartable.
 
-    Epoch e (0, 1, ...) is `steps_per_epoch` batches of the corpus (repeated within the
-    epoch if it is shorter), each window of `shuffle_buffer` pairs permuted with a seed
-    that depends only on (`seed`, e), so batch i of the stream depends only on (`seed`, i).
-    `start_step` s starts at batch s: at epoch s // steps_per_epoch, skipping only the
-    s % steps_per_epoch batches before it.
+    Epoch e (0, 1, ...) is exactly `steps_per_epoch` batches of `make_batches(..., epoch=e)`
+    over the corpus repeated (so a short corpus is repeated within the epoch), shuffled with
+    a seed that depends only on (`seed`, e). Batch i of the stream therefore depends only on
+    (`seed`, i), never on how often a dataset was iterated before. `start_step=s` begins at
+    epoch s // steps_per_epoch and skips s % steps_per_epoch batches of it; earlier epochs
+    are not replayed.
+
+    With `num_pairs` (the corpus size), epoch e starts at a pair offset drawn from
+    (`seed`, e) and wraps around, so that epochs shorter than the corpus still cover all of
+    it over time; without it every epoch starts at the corpus's first pair. Other keyword
+    arguments go to `make_batches` (shuffle_buffer, boundaries).
     """
-    if not isinstance(steps_per_epoch, int) or steps_per_epoch <= 0:
-        raise PipelineError(
-            f"--steps-per-epoch must be a positive integer, got {steps_per_epoch!r}"
-        )
-    start_epoch, offset = divmod(int(start_step), steps_per_epoch)
+    for name, value, low in (
+        ("--steps-per-epoch", steps_per_epoch, 1),
+        ("start_step", start_step, 0),
+    ):
+        if not isinstance(value, int) or isinstance(value, bool) or value < low:
+            raise PipelineError(f"{name} must be an integer >= {low}, got {value!r}")
+    if num_pairs is not None and (not isinstance(num_pairs, int) or num_pairs < 1):
+        raise PipelineError(f"num_pairs must be a positive integer, got {num_pairs!r}")
     stats = stats or PipelineStats()
+    first_epoch, skip = divmod(start_step, steps_per_epoch)
+    # validate the settings once, eagerly, so a bad flag fails before the stream is built
+    make_batches(pairs, tokenizer, batch_tokens=batch_tokens, max_length=max_length, **kwargs)
 
-    def epoch(e):
-        seed_e = tf.stack([tf.constant(seed, tf.int64), e])
-        return make_batches(
-            window_shuffle(pairs.repeat(), shuffle_buffer, seed_e),
+    def one_epoch(epoch):
+        corpus = pairs.repeat()
+        if num_pairs is not None:
+            offset = tf.random.stateless_uniform(
+                [],
+                seed=tf.stack([tf.constant(seed, tf.int64), epoch]),
+                maxval=num_pairs,
+                dtype=tf.int64,
+            )
+            corpus = corpus.skip(offset)
+        batches = make_batches(
+            corpus,
             tokenizer,
             batch_tokens=batch_tokens,
             max_length=max_length,
-            shuffle=False,
+            seed=seed,
+            epoch=epoch,
             stats=stats,
+            prefetch=False,
             **kwargs,
-        ).take(steps_per_epoch)
+        )
+        return batches.take(steps_per_epoch)
 
-    stream = tf.data.Dataset.counter(start_epoch).flat_map(epoch).skip(offset)
-    return stream.prefetch(tf.data.AUTOTUNE)
+    data = tf.data.Dataset.counter(first_epoch).flat_map(one_epoch).skip(skip)
+    return data.prefetch(tf.data.AUTOTUNE)

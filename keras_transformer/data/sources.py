@@ -128,35 +128,44 @@ def read_parallel_files(source_path: str, target_path: str) -> ParallelText:
 
 
 def default_cache_dir() -> str:
-    return os.path.join(
-        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "keras_transformer"
-    )
+    """`$XDG_CACHE_HOME/keras_transformer` (absolute), else `~/.cache/keras_transformer`."""
+    cache_home = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    return os.path.join(os.path.abspath(cache_home), "keras_transformer")
+
+
+def data_dir_from_env() -> str | None:
+    """$KT_DATA_DIR as an absolute path (resolved against the current directory), or None."""
+    value = os.environ.get(DATA_DIR_ENV)
+    return os.path.abspath(value) if value else None
 
 
 def find_multi30k_file(
     split: str, lang: str, data_dir: str | None = None, download: bool = True
 ) -> str:
-    """Path of Multi30k `split` ("train", "validation", "test") in `lang`.
+    """Absolute path of Multi30k `split` ("train", "validation", "test") in `lang`.
 
-    Looked up in `data_dir` (or $KT_DATA_DIR), directly or in its `multi30k/` folder, as
-    `<name>.<lang>.gz` or `<name>.<lang>`; else in the cache, downloading it from the
-    dataset's public repository (multi30k/dataset, data/task1/raw) when `download`
-    (and $KT_OFFLINE is unset).
+    With a data directory (`data_dir`, else $KT_DATA_DIR) the file must be there, directly or
+    in its `multi30k/` folder, as `<name>.<lang>.gz` or `<name>.<lang>`: nothing is downloaded.
+    Without one it is taken from the cache, downloaded there first from the dataset's public
+    repository (multi30k/dataset, data/task1/raw) when `download` and $KT_OFFLINE is unset.
     """
     if split not in MULTI30K_SPLITS:
         raise DataError(f"unknown Multi30k split {split!r}; choose from {sorted(MULTI30K_SPLITS)}")
     name = f"{MULTI30K_SPLITS[split]}.{lang}"
-    data_dir = data_dir or os.environ.get(DATA_DIR_ENV)
+    data_dir = os.path.abspath(data_dir) if data_dir else data_dir_from_env()
     cache = os.path.join(default_cache_dir(), "multi30k")
-    folders = [d for d in ([data_dir, os.path.join(data_dir, "multi30k")] if data_dir else [])] + [
-        cache
-    ]
+    folders = [data_dir, os.path.join(data_dir, "multi30k")] if data_dir else [cache]
     for folder in folders:
         for candidate in (f"{name}.gz", name):
             path = os.path.join(folder, candidate)
             if os.path.isfile(path):
                 return path
     looked = ", ".join(folders)
+    if data_dir:
+        raise DataError(
+            f"Multi30k file {name}(.gz) not found in: {looked} (--data-dir / {DATA_DIR_ENV}); "
+            "nothing is downloaded when a data directory is given"
+        )
     if not download or os.environ.get("KT_OFFLINE"):
         raise DataError(f"Multi30k file {name}(.gz) not found in: {looked}")
     url = f"{MULTI30K_URL}/{name}.gz"
@@ -185,9 +194,21 @@ def multi30k(split: str, src_lang: str, tgt_lang: str, data_dir: str | None = No
 
 
 def tfds_translation(
-    name: str, split: str, src_lang: str, tgt_lang: str, data_dir: str | None = None
+    name: str,
+    split: str,
+    src_lang: str,
+    tgt_lang: str,
+    data_dir: str | None = None,
+    *,
+    shuffle_files: bool = False,
+    seed: int = 0,
 ) -> ParallelText:
-    """A TFDS translation dataset, e.g. "wmt14_translate/de-en" or "ted_hrlr_translate/pt_to_en"."""
+    """A TFDS translation dataset, e.g. "wmt14_translate/de-en" or "ted_hrlr_translate/pt_to_en".
+
+    `shuffle_files` reads the files in an order drawn from `seed` (the same order on every
+    pass, so a stream position stays restorable): WMT14 is stored sub-corpus by sub-corpus,
+    which a bounded shuffle buffer alone cannot mix.
+    """
     import tensorflow_datasets as tfds
 
     try:
@@ -198,8 +219,18 @@ def tfds_translation(
     for lang in (src_lang, tgt_lang):
         if lang not in languages:
             raise DataError(f"TFDS dataset {name} has languages {languages}, not {lang!r}")
+    read_config = tfds.ReadConfig(
+        shuffle_seed=seed if shuffle_files else None,
+        shuffle_reshuffle_each_iteration=False if shuffle_files else None,
+    )
     try:
-        dataset = tfds.load(name, split=split, data_dir=data_dir, shuffle_files=False)
+        dataset = tfds.load(
+            name,
+            split=split,
+            data_dir=data_dir,
+            shuffle_files=shuffle_files,
+            read_config=read_config,
+        )
     except Exception as err:
         raise DataError(
             f"cannot load TFDS dataset {name} split {split!r} from {data_dir}: {err}"
@@ -209,7 +240,8 @@ def tfds_translation(
             tf.strings.length(tf.strings.strip(s)) > 0, tf.strings.length(tf.strings.strip(t)) > 0
         )
     )
-    return ParallelText(dataset=pairs, description=f"tfds:{name} [{split}]")
+    order = f", files shuffled with seed {seed}" if shuffle_files else ""
+    return ParallelText(dataset=pairs, description=f"tfds:{name} [{split}]{order}")
 
 
 def load_parallel(
@@ -220,8 +252,11 @@ def load_parallel(
     *,
     data_dir: str | None = None,
     files: tuple[str, str] | None = None,
+    seed: int = 0,
 ) -> ParallelText:
-    """Dispatch on `--dataset`: "multi30k", "files" (with `files`) or "tfds:NAME"."""
+    """Dispatch on `--dataset`: "multi30k", "files" (with `files`) or "tfds:NAME".
+
+    TFDS training splits read their files in an order drawn from `seed`."""
     if dataset == "multi30k":
         return multi30k(split, src_lang, tgt_lang, data_dir)
     if dataset == "files":
@@ -230,5 +265,13 @@ def load_parallel(
         return read_parallel_files(*files)
     if dataset.startswith("tfds:"):
         tfds_split = {"validation": "validation", "train": "train", "test": "test"}[split]
-        return tfds_translation(dataset[5:], tfds_split, src_lang, tgt_lang, data_dir)
+        return tfds_translation(
+            dataset[5:],
+            tfds_split,
+            src_lang,
+            tgt_lang,
+            data_dir,
+            shuffle_files=split == "train",
+            seed=seed,
+        )
     raise DataError(f"unknown --dataset {dataset!r}: use multi30k, files or tfds:NAME")

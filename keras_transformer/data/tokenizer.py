@@ -5,14 +5,22 @@ from __future__ import annotations
 import io
 import os
 import random
+import re
 from collections.abc import Iterable
 
 import tensorflow as tf
 import tensorflow_text as tf_text
 
+from keras_transformer.data.sources import DataError
+
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 NUM_SPECIAL = 4
+NUM_BYTE_PIECES = 256  # byte fallback: <0x00> ... <0xFF>, ids 4 ... 259
 MODEL_TYPES = ("bpe", "unigram")
+
+
+class TokenizerError(DataError):
+    """A bad tokenizer setting or training text; the message names the flag."""
 
 
 def train_sentencepiece(
@@ -26,14 +34,22 @@ def train_sentencepiece(
     """Train one SentencePiece model on `sentences` (both languages) and return its proto.
 
     At most `max_sentences` are kept, by reservoir sampling, so memory stays bounded on
-    any corpus size. Fixed ids: pad 0, unk 1, bos 2, eos 3.
+    any corpus size. Fixed ids: pad 0, unk 1, bos 2, eos 3, then the 256 byte pieces
+    (byte fallback: a character absent from the training text is spelled in UTF-8 bytes,
+    so every input round-trips through tokenize -> detokenize and `<unk>` never occurs),
+    then every character of the training text, then the merges.
     """
     import sentencepiece as spm
 
     if model_type not in MODEL_TYPES:
-        raise ValueError(f"model_type must be one of {MODEL_TYPES}, got {model_type!r}")
-    if vocab_size <= NUM_SPECIAL:
-        raise ValueError(f"vocab_size must exceed {NUM_SPECIAL}, got {vocab_size}")
+        raise TokenizerError(f"--spm-model-type must be one of {MODEL_TYPES}, got {model_type!r}")
+    minimum = NUM_SPECIAL + NUM_BYTE_PIECES + 1
+    if not isinstance(vocab_size, int) or vocab_size < minimum:
+        raise TokenizerError(
+            f"--vocab-size must be at least {minimum} ({NUM_SPECIAL} special pieces, "
+            f"{NUM_BYTE_PIECES} byte pieces for unknown characters, then the characters "
+            f"of the training text), got {vocab_size!r}"
+        )
     rng = random.Random(seed)
     sample: list[str] = []
     for n, sentence in enumerate(sentences):
@@ -44,25 +60,36 @@ def train_sentencepiece(
             if j < max_sentences:
                 sample[j] = sentence
     if not sample:
-        raise ValueError("no sentences to train the SentencePiece model on")
+        raise TokenizerError("no sentences to train the SentencePiece model on")
     model = io.BytesIO()
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(sample),
-        model_writer=model,
-        vocab_size=vocab_size,
-        model_type=model_type,
-        character_coverage=1.0,
-        pad_id=PAD_ID,
-        unk_id=UNK_ID,
-        bos_id=BOS_ID,
-        eos_id=EOS_ID,
-        pad_piece="<pad>",
-        unk_piece="<unk>",
-        bos_piece="<s>",
-        eos_piece="</s>",
-        num_threads=os.cpu_count() or 1,
-        minloglevel=2,
-    )
+    try:
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=iter(sample),
+            model_writer=model,
+            vocab_size=vocab_size,
+            model_type=model_type,
+            character_coverage=1.0,
+            byte_fallback=True,
+            pad_id=PAD_ID,
+            unk_id=UNK_ID,
+            bos_id=BOS_ID,
+            eos_id=EOS_ID,
+            pad_piece="<pad>",
+            unk_piece="<unk>",
+            bos_piece="<s>",
+            eos_piece="</s>",
+            num_threads=os.cpu_count() or 1,
+            minloglevel=2,
+        )
+    except RuntimeError as err:
+        sizes = re.search(r"smaller than required_chars\. (\d+) vs (\d+)", str(err))
+        if not sizes:
+            raise
+        raise TokenizerError(
+            f"--vocab-size {vocab_size} is too small: the {NUM_SPECIAL} special pieces, "
+            f"{NUM_BYTE_PIECES} byte pieces and the characters of the training text need "
+            f"at least {sizes.group(2)}"
+        ) from None
     return model.getvalue()
 
 

@@ -86,6 +86,7 @@ def run(args: TrainArgs) -> dict:
             steps_per_epoch=settings.steps_per_epoch,
             start_step=position,
             stats=stats,
+            num_pairs=train.num_pairs,
         )
 
     valid_batches = make_batches(

@@ -14,6 +14,7 @@ from keras_transformer.data import (
     load_parallel,
     make_batches,
     train_sentencepiece,
+    training_batches,
 )
 
 
@@ -62,11 +63,94 @@ def test_token_budget_fixed_shapes_and_every_pair_once(setup):
     assert int(stats.too_long.numpy()) == 1014 - sum(expected.values()) > 0
 
 
-def test_deterministic_with_seed(setup):
+def pair_rows(batches):
+    """Every (source ids, target ids) row of the batches, pads removed, in order."""
+    rows = []
+    for (src, tgt_in), tgt_out in batches:
+        shifted = tgt_out.numpy()[:, :-1]  # tgt_in is bos + tgt_out without its eos
+        np.testing.assert_array_equal(tgt_in.numpy()[:, 1:], np.where(shifted == 3, 0, shifted))
+        for s, t in zip(src.numpy(), tgt_out.numpy(), strict=True):
+            rows.append((tuple(s[s != 0].tolist()), tuple(t[t != 0].tolist())))
+    return rows
+
+
+def assert_same_batches(first, second):
+    assert len(first) == len(second) > 0
+    for ((a_src, a_in), a_out), ((b_src, b_in), b_out) in zip(first, second, strict=True):
+        for a, b in ((a_src, b_src), (a_in, b_in), (a_out, b_out)):
+            np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def test_deterministic_with_seed_and_reshuffled_each_epoch(setup):
     first, _ = epoch(setup, batch_tokens=1024, max_length=64, seed=7)
     second, _ = epoch(setup, batch_tokens=1024, max_length=64, seed=7)
-    for (a, _), (b, _) in zip(first, second):
-        np.testing.assert_array_equal(a[0], b[0])
+    assert_same_batches(first, second)  # both sides, equal lengths
+    tokenizer, pairs = setup
+    data = make_batches(pairs.dataset, tokenizer, batch_tokens=1024, max_length=64, seed=7)
+    epoch_1, epoch_2 = pair_rows(data), pair_rows(data)
+    assert epoch_1 == pair_rows(first)
+    # the same multiset of (source, target) pairs, in another order
+    assert len(epoch_1) == len(epoch_2) > 900
+    assert collections.Counter(epoch_1) == collections.Counter(epoch_2)
+    assert epoch_1 != epoch_2
+    other_seed, _ = epoch(setup, batch_tokens=1024, max_length=64, seed=8)
+    assert pair_rows(other_seed) != epoch_1
+
+
+STREAM = dict(batch_tokens=512, max_length=32, seed=5, steps_per_epoch=7, shuffle_buffer=2000)
+
+
+def stream(setup, **kwargs):
+    tokenizer, pairs = setup
+    stats = PipelineStats()
+    data = training_batches(pairs.dataset, tokenizer, stats=stats, **{**STREAM, **kwargs})
+    return data, stats
+
+
+@pytest.mark.parametrize("num_pairs", [None, 1014])
+@pytest.mark.parametrize("start_step", [3, 9, 14])
+def test_training_stream_restarts_exactly(setup, start_step, num_pairs):
+    """start_step=k equals the uninterrupted stream from batch k: inside an epoch (3), across
+    an epoch boundary (9 = epoch 1 + 2) and at one (14)."""
+    full, _ = stream(setup, num_pairs=num_pairs)
+    resumed, _ = stream(setup, num_pairs=num_pairs, start_step=start_step)
+    expected = list(full.skip(start_step).take(10))
+    assert_same_batches(list(resumed.take(10)), expected)
+    # batch i depends only on (seed, i): iterating again gives the same stream
+    assert_same_batches(list(full.skip(start_step).take(10)), expected)
+
+
+def test_training_stream_epochs_differ_and_stats_count(setup):
+    data, stats = stream(setup)
+    batches = list(data.take(14))
+    epoch_0, epoch_1 = pair_rows(batches[:7]), pair_rows(batches[7:])
+    # both epochs start from the corpus's first pair, shuffled differently
+    assert epoch_0 != epoch_1 and set(epoch_0) & set(epoch_1)
+    kept, too_long = int(stats.kept.numpy()), int(stats.too_long.numpy())
+    assert kept >= len(epoch_0) + len(epoch_1) and too_long > 0
+    other_seed, _ = stream(setup, seed=6)
+    assert pair_rows(other_seed.take(7)) != epoch_0
+
+
+def test_short_corpus_is_repeated_within_an_epoch(setup):
+    tokenizer, pairs = setup
+    small = pairs.dataset.take(50)
+    data = training_batches(small, tokenizer, **{**STREAM, "steps_per_epoch": 40})
+    rows = pair_rows(data.take(40))
+    assert len(rows) > 100 and len(set(rows)) <= 50  # more rows than pairs: repeated
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"steps_per_epoch": 0}, "--steps-per-epoch must be an integer >= 1, got 0"),
+        ({"start_step": -1}, "start_step must be an integer >= 0, got -1"),
+        ({"batch_tokens": 16}, "at least --max-length"),
+    ],
+)
+def test_training_stream_bad_settings(setup, kwargs, match):
+    with pytest.raises(PipelineError, match=match):
+        stream(setup, **kwargs)
 
 
 @pytest.mark.parametrize(

@@ -63,6 +63,65 @@ def test_data_dir_without_multi30k(tmp_path, monkeypatch):
         find_multi30k_file("train", "en", os.path.join(tmp_path, "empty"), download=False)
 
 
+def test_relative_data_dir_from_env_is_resolved_once(multi30k_dir, tmp_path, monkeypatch):
+    relative = os.path.relpath(multi30k_dir, tmp_path)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KT_DATA_DIR", relative)
+    path = find_multi30k_file("validation", "de")
+    assert os.path.isabs(path) and path == os.path.join(multi30k_dir, "val.de.gz")
+    # The path stays valid after the working directory changes (a notebook kernel, a child).
+    monkeypatch.chdir(os.path.dirname(multi30k_dir))
+    assert os.path.isfile(path)
+
+
+def test_nothing_downloads_when_a_data_dir_is_given(tmp_path, monkeypatch):
+    monkeypatch.delenv("KT_OFFLINE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", os.path.join(tmp_path, "cache"))
+
+    def no_network(*args, **kwargs):
+        raise AssertionError(f"tried to download {args[0]}")
+
+    monkeypatch.setattr("urllib.request.urlopen", no_network)
+    empty = os.path.join(tmp_path, "empty")
+    with pytest.raises(DataError, match=r"train\.en\(\.gz\) not found in: .*empty.*--data-dir"):
+        find_multi30k_file("train", "en", empty)
+    monkeypatch.setenv("KT_DATA_DIR", empty)
+    with pytest.raises(DataError, match="nothing is downloaded when a data directory is given"):
+        load_parallel("multi30k", "train", "en", "de")
+
+
 def test_unknown_dataset():
     with pytest.raises(DataError, match="unknown --dataset 'wmt99'"):
         load_parallel("wmt99", "train", "en", "de")
+
+
+class _FakeBuilder:
+    class info:  # noqa: N801 - mirrors tfds.core.DatasetInfo
+        features = {"de": None, "en": None}
+
+
+@pytest.mark.parametrize("split,shuffled", [("train", True), ("validation", False)])
+def test_tfds_training_files_are_shuffled_with_the_seed(monkeypatch, split, shuffled):
+    import tensorflow as tf
+    import tensorflow_datasets as tfds
+
+    calls = []
+
+    def fake_load(name, **kwargs):
+        calls.append((name, kwargs))
+        return tf.data.Dataset.from_tensor_slices({"en": ["a", " ", "b"], "de": ["x", "y", "z"]})
+
+    monkeypatch.setattr(tfds, "builder", lambda name, data_dir=None: _FakeBuilder())
+    monkeypatch.setattr(tfds, "load", fake_load)
+    parallel = load_parallel("tfds:wmt14_translate/de-en", split, "en", "de", seed=17)
+    assert pairs_of(parallel) == [("a", "x"), ("b", "z")]  # empty sides dropped
+    [(name, kwargs)] = calls
+    assert name == "wmt14_translate/de-en" and kwargs["split"] == split
+    assert kwargs["shuffle_files"] is shuffled
+    config = kwargs["read_config"]
+    if shuffled:
+        # Seeded, and the same file order on every pass (a stream position stays restorable).
+        assert config.shuffle_seed == 17 and config.shuffle_reshuffle_each_iteration is False
+        assert "files shuffled with seed 17" in parallel.report()
+    else:
+        assert config.shuffle_seed is None

@@ -6,7 +6,15 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer.data import SubwordTokenizer, train_sentencepiece
-from keras_transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from keras_transformer.data.tokenizer import (
+    BOS_ID,
+    EOS_ID,
+    NUM_BYTE_PIECES,
+    NUM_SPECIAL,
+    PAD_ID,
+    UNK_ID,
+    TokenizerError,
+)
 
 
 def read(path):
@@ -58,8 +66,49 @@ def test_tokenizer_survives_saved_model(tokenizer, tmp_path):
     assert os.path.exists(os.path.join(export, "assets", "spm.model"))
 
 
-def test_bounded_sample_and_bad_arguments():
-    with pytest.raises(ValueError, match="model_type"):
-        train_sentencepiece(["a b"], 100, model_type="word-ish")
-    with pytest.raises(ValueError, match="no sentences"):
-        train_sentencepiece([], 100)
+@pytest.fixture(scope="module")
+def ascii_tokenizer(multi30k_dir):
+    english = read(os.path.join(multi30k_dir, "train.en.gz"))
+    ascii_only = [s for s in english if s.isascii()]
+    assert len(ascii_only) > 20_000
+    return SubwordTokenizer(train_sentencepiece(ascii_only, 500))
+
+
+def test_unknown_characters_round_trip_as_bytes(ascii_tokenizer):
+    """Characters absent from the (ASCII-only) training text come back, spelled in bytes."""
+    texts = ["naïve café 東京 🙂", "Ein Mädchen läuft über die Straße.", "Ω≈ç√∫ x"]
+    ids = ascii_tokenizer.tokenize(tf.constant(texts))
+    assert not np.any(ids.flat_values.numpy() == UNK_ID)
+    back = [s.decode("utf-8") for s in ascii_tokenizer.detokenize(ids).numpy()]
+    assert back == texts
+    # "東" is E6 9D B1 in UTF-8: three byte pieces, at ids 4 + byte value.
+    east = ascii_tokenizer.tokenize(tf.constant(["東"])).numpy()[0].tolist()
+    assert east[-3:] == [NUM_SPECIAL + 0xE6, NUM_SPECIAL + 0x9D, NUM_SPECIAL + 0xB1]
+    pieces = ascii_tokenizer.id_to_piece(tf.constant(east[-3:])).numpy().tolist()
+    assert pieces == [b"<0xE6>", b"<0x9D>", b"<0xB1>"]
+    # Padded, with bos/eos: the same text (what the translator detokenizes).
+    padded = tf.concat([[[BOS_ID]], ids[:1].to_tensor(), [[EOS_ID, PAD_ID]]], axis=1)
+    assert ascii_tokenizer.detokenize(padded).numpy()[0].decode() == texts[0]
+
+
+def test_vocabulary_accounts_for_byte_pieces(ascii_tokenizer):
+    assert ascii_tokenizer.vocab_size == 500
+    ids = tf.range(NUM_SPECIAL, NUM_SPECIAL + NUM_BYTE_PIECES)
+    pieces = ascii_tokenizer.id_to_piece(ids).numpy().tolist()
+    assert pieces == [f"<0x{b:02X}>".encode() for b in range(NUM_BYTE_PIECES)]
+    # every id of a real sentence is inside the vocabulary the model is built with
+    ids = ascii_tokenizer.tokenize(tf.constant(["A man rides a bike 🙂"])).flat_values.numpy()
+    assert ids.max() < ascii_tokenizer.vocab_size and ids.min() >= NUM_SPECIAL
+
+
+def test_bounded_sample_and_bad_arguments(multi30k_dir):
+    with pytest.raises(TokenizerError, match="--spm-model-type"):
+        train_sentencepiece(["a b"], 400, model_type="word-ish")
+    with pytest.raises(TokenizerError, match="no sentences"):
+        train_sentencepiece([], 400)
+    with pytest.raises(TokenizerError, match=r"--vocab-size must be at least 261 .*got 100"):
+        train_sentencepiece(["a b"], 100)
+    # room for the bytes but not for the 100 characters of Multi30k
+    sentences = read(os.path.join(multi30k_dir, "train.de.gz"))
+    with pytest.raises(TokenizerError, match=r"--vocab-size 300 is too small: .*at least 3\d\d"):
+        train_sentencepiece(sentences, 300)

@@ -1,0 +1,65 @@
+"""CI runs the README's test command itself, byte for byte, with nothing exported around it."""
+
+import os
+import re
+import subprocess
+
+from tests.conftest import REPO
+
+CI_SCRIPT = os.path.join(REPO, ".ci", "run")
+
+
+def readme_quick_start_lines() -> list[str]:
+    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as handle:
+        readme = handle.read()
+    section = readme.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    block = re.search(r"```bash\n(.*?)```", section, re.S)
+    assert block, "no bash block in the README's Quick start"
+    return block.group(1).splitlines()
+
+
+def readme_test_command() -> str:
+    lines = [line for line in readme_quick_start_lines() if "pytest" in line]
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+def script_lines() -> list[str]:
+    with open(CI_SCRIPT, encoding="utf-8") as handle:
+        return handle.read().splitlines()
+
+
+def test_ci_runs_the_readme_test_command_verbatim():
+    command = readme_test_command()
+    assert command.startswith("python3 -m venv .venv && ") and command.endswith(
+        "KT_DATA_DIR=../shared/data python -m pytest -n 2 --dist loadfile"
+    )
+    executed = [line.split(" || status=$?")[0] for line in script_lines()]
+    assert executed.count(command) == 1, f"{CI_SCRIPT} does not run the README's line:\n{command}"
+    # The README's line is the only pytest invocation, so a paraphrase cannot hide beside it.
+    assert sum("-m pytest" in line for line in script_lines() if not line.startswith("#")) == 1
+
+
+def test_ci_adds_no_environment_and_fails_on_any_exit_code():
+    text = "\n".join(line for line in script_lines() if not line.lstrip().startswith("#"))
+    for name in ("KT_DATA_DIR=", "KT_OFFLINE", "KT_NOTEBOOK_FAST", "export "):
+        assert text.count(name) == (1 if name == "KT_DATA_DIR=" else 0), name
+    assert "set -euo pipefail" in text
+    assert os.access(CI_SCRIPT, os.X_OK)
+
+
+def test_ci_status_handling_fails_on_exit_code_5(tmp_path):
+    """Run the script with the README's line replaced by a pytest that collects nothing."""
+    command = readme_test_command()
+    fake = "\n".join(
+        line.replace(
+            command, "python -m pytest -q -p no:xdist -k no_such_test_name " + str(tmp_path)
+        )
+        for line in script_lines()
+    ).replace('cd "$(dirname "$0")/.."', f"cd {REPO}")
+    (tmp_path / "test_nothing.py").write_text("def test_x():\n    pass\n")
+    out = subprocess.run(
+        ["bash", "-c", fake], capture_output=True, text=True, stdin=subprocess.DEVNULL
+    )
+    assert out.returncode == 5, out.stdout[-2000:] + out.stderr[-2000:]
+    assert "collected no tests" in out.stderr

@@ -31,14 +31,24 @@ def length_penalty(length, alpha):
     return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, tf.cast(alpha, tf.float32))
 
 
-def _log_probs(logits, step, max_lengths, eos_id, repeat):
-    """float32 log-softmax; where step + 1 reaches a sentence's max length only eos is allowed."""
-    log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)
-    must_end = tf.repeat(step + 1 >= max_lengths, repeat)  # (N,)
-    vocab = tf.shape(log_probs)[-1]
-    only_eos = tf.equal(tf.range(vocab), eos_id)[tf.newaxis, :]
-    allowed = tf.logical_or(tf.logical_not(must_end)[:, tf.newaxis], only_eos)
-    return tf.where(allowed, log_probs, NEG_INF)
+def _top_log_probs(logits, step, max_lengths, eos_id, count, repeat):
+    """The `count` most probable next tokens of every row: (log-probs (N, count) float32,
+    ids (N, count) int32), best first.
+
+    Where step + 1 reaches the sentence's max length only eos is allowed: its log-prob comes
+    first, the other entries are NEG_INF. Log-probabilities are logits - logsumexp(logits)
+    in float32; only the top `count` of each row are ever formed (the full (N, V) log-softmax
+    and masking would be four more passes over the largest tensor of the step).
+    """
+    logits = tf.cast(logits, tf.float32)
+    normalizer = tf.reduce_logsumexp(logits, axis=-1, keepdims=True)  # (N, 1)
+    top_logits, top_ids = tf.math.top_k(logits, k=count)
+    top_lp = top_logits - normalizer
+    eos_lp = logits[:, eos_id : eos_id + 1] - normalizer  # (N, 1)
+    first = tf.equal(tf.range(count), 0)[tf.newaxis, :]
+    forced_lp = tf.where(first, eos_lp, NEG_INF)
+    must_end = tf.repeat(step + 1 >= max_lengths, repeat)[:, tf.newaxis]  # (N, 1)
+    return tf.where(must_end, forced_lp, top_lp), tf.where(must_end, eos_id, top_ids)
 
 
 def _write(sequences, position, values):
@@ -47,11 +57,19 @@ def _write(sequences, position, values):
     return tf.where(slot, values[..., tf.newaxis], sequences)
 
 
-def _free_batch(structure):
-    """Shape invariants: the first (batch) axis may shrink inside the loop."""
-    return tf.nest.map_structure(
-        lambda t: tf.TensorShape([None]).concatenate(t.shape[1:]), structure
+def _free_batch(state):
+    """Shape invariants: the first (batch) axis of everything may shrink inside the loop;
+    the step function's own cache (the last entry) may change every axis but the last (a
+    self-attention cache may grow one position per step)."""
+    *fixed, cache = state
+    fixed = tf.nest.map_structure(lambda t: tf.TensorShape([None]).concatenate(t.shape[1:]), fixed)
+    cache = tf.nest.map_structure(
+        lambda t: tf.TensorShape([None] * max(t.shape.rank - 1, 1)).concatenate(
+            t.shape[-1:] if t.shape.rank > 1 else []
+        ),
+        cache,
     )
+    return (*fixed, cache)
 
 
 def _static_and_rest(cache):
@@ -116,9 +134,8 @@ def greedy_search(step_fn, initial_ids, initial_cache, max_lengths, eos_id: int)
     def body(step, out, index, lengths, sequences, scores, static, rest):
         logits, cache = step_fn(sequences[:, step], step, _join(static, rest, has_static))
         static, rest = _static_and_rest(cache)
-        log_probs = _log_probs(logits, step, lengths, eos_id, 1)
-        token = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
-        scores += tf.reduce_max(log_probs, axis=-1)
+        token_lp, token = _top_log_probs(logits, step, lengths, eos_id, 1, 1)
+        token, scores = token[:, 0], scores + token_lp[:, 0]
         sequences = _write(sequences, step + 1, token)
         done = tf.equal(token, eos_id)
         out = _settle(out, index, done, [sequences, scores])
@@ -204,14 +221,13 @@ def beam_search(
         ids = tf.reshape(alive_seq[:, :, step], [-1])
         logits, cache = step_fn(ids, step, _join(*c, has_static))
         static, rest = _static_and_rest(cache)
-        log_probs = _log_probs(logits, step, lengths, eos_id, k)
-        vocab = tf.shape(log_probs)[-1]
-        candidates = tf.reshape(
-            alive_lp[:, :, tf.newaxis] + tf.reshape(log_probs, [live, k, vocab]), [live, -1]
-        )
-        top_lp, top_index = tf.math.top_k(candidates, k=2 * k)  # (b, 2K)
-        origin = top_index // vocab
-        token = top_index % vocab
+        # the 2K best of the K x V extensions are among the 2K best of each beam's V
+        per_beam = tf.minimum(2 * k, tf.shape(logits)[-1])
+        row_lp, row_ids = _top_log_probs(logits, step, lengths, eos_id, per_beam, k)
+        candidates = alive_lp[:, :, tf.newaxis] + tf.reshape(row_lp, [live, k, per_beam])
+        top_lp, top_index = tf.math.top_k(tf.reshape(candidates, [live, -1]), k=2 * k)  # (b, 2K)
+        origin = top_index // per_beam
+        token = tf.gather(tf.reshape(row_ids, [live, -1]), top_index, batch_dims=1)
         top_seq = _write(tf.gather(alive_seq, origin, batch_dims=1), step + 1, token)
         is_eos = tf.equal(token, eos_id)
         dead = top_lp <= NEG_INF / 2  # extensions of beams that were never alive

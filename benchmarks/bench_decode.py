@@ -120,11 +120,18 @@ def main(argv=None) -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--uncached-repeats", type=int, default=2, help="0 skips it")
     parser.add_argument("--no-python", action="store_true", help="skip the Python decoder")
+    parser.add_argument("--no-ctranslate2", action="store_true", help="skip the reference")
+    parser.add_argument("--intra-op", type=int, default=0, help="TF intra-op threads (0: TF's)")
+    parser.add_argument("--inter-op", type=int, default=0, help="TF inter-op threads (0: TF's)")
     args = parser.parse_args(argv)
 
     import keras
     import numpy as np
     import tensorflow as tf
+
+    # what TF Serving's --tensorflow_intra_op_parallelism / _inter_op_ set for a model
+    tf.config.threading.set_intra_op_parallelism_threads(args.intra_op)
+    tf.config.threading.set_inter_op_parallelism_threads(args.inter_op)
 
     import keras_transformer as kt
     from keras_transformer.decoding import NEG_INF, beam_search
@@ -221,7 +228,7 @@ def main(argv=None) -> None:
         ids = loaded.decode(source, tf.constant(BEAM))["ids"].numpy()
     assert ids.shape[-1] == STEPS and np.all(ids[:, :, STEPS - 1] == eos), "not exactly 30 steps"
     rss_ours = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    reference = ctranslate2_timings(cfg, source, args.repeats, timed)
+    reference = {} if args.no_ctranslate2 else ctranslate2_timings(cfg, source, args.repeats, timed)
 
     report = {
         "workload": "W3",
@@ -230,6 +237,8 @@ def main(argv=None) -> None:
         "source_tokens": SRC_LEN,
         "steps": STEPS,
         "beam": BEAM,
+        "threads": {"intra_op": args.intra_op, "inter_op": args.inter_op},
+        "TF_ENABLE_ONEDNN_OPTS": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "unset"),
         **{
             f"{name}_sentences_per_s": round(BATCH / seconds, 1)
             for name, seconds in {**results, **reference}.items()

@@ -207,7 +207,9 @@ def main(argv=None) -> None:
 
     results = {}
     if args.uncached_repeats:
-        results["uncached"] = timed(tf.function(uncached, input_signature=[spec]), 2)
+        results["uncached"] = timed(
+            tf.function(uncached, input_signature=[spec]), args.uncached_repeats
+        )
     if not args.no_python:
         results["cached_python"] = timed(tf.function(cached, input_signature=[spec]), args.repeats)
 

@@ -58,11 +58,11 @@ def _write(sequences, position, values):
 
 
 def _free_batch(state):
-    """Shape invariants: the first (batch) axis of everything may shrink inside the loop;
-    the step function's own cache (the last entry) may change every axis but the last (a
-    self-attention cache may grow one position per step)."""
+    """Shape invariants: any axis but the last of the step function's cache (the last entry
+    of `state`) may change in the loop (live sentences leave; a self-attention cache may grow
+    one position per step); the search's own tensors keep only their rank."""
     *fixed, cache = state
-    fixed = tf.nest.map_structure(lambda t: tf.TensorShape([None]).concatenate(t.shape[1:]), fixed)
+    fixed = tf.nest.map_structure(lambda t: tf.TensorShape([None] * t.shape.rank), fixed)
     cache = tf.nest.map_structure(
         lambda t: tf.TensorShape([None] * max(t.shape.rank - 1, 1)).concatenate(
             t.shape[-1:] if t.shape.rank > 1 else []

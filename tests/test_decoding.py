@@ -160,6 +160,22 @@ def test_beam_one_equals_greedy():
     np.testing.assert_array_equal(beam[:, 0], greedy)
 
 
+def test_alpha_trades_probability_for_length():
+    """[eos] has log p -1.20; [A x 9, eos] has -3.50 but length 10: alpha 0 picks the first,
+    alpha 1.5 divides the second by (15/6)^1.5 = 3.95 (-0.89) and picks it."""
+    probs = np.full((V, V), 1e-9)
+    probs[BOS, [EOS, A]] = [0.3, 0.7]
+    probs[A, [A, EOS]] = [0.9, 0.1]
+    args = (table_step_fn(probs), tf.constant([BOS]), {}, tf.constant([10]), EOS)
+    short, short_score = beam_search(*args, beam_size=2, alpha=0.0)
+    long, long_score = beam_search(*args, beam_size=2, alpha=1.5)
+    np.testing.assert_array_equal(short[0, 0, :1], [EOS])
+    assert float(short_score[0, 0]) == pytest.approx(math.log(0.3), abs=1e-4)
+    np.testing.assert_array_equal(long[0, 0], [A] * 9 + [EOS])
+    expected = (math.log(0.7) + 8 * math.log(0.9) + math.log(0.1)) / (15 / 6) ** 1.5
+    assert float(long_score[0, 0]) == pytest.approx(expected, abs=1e-4)
+
+
 def test_finished_hypotheses_are_kept():
     """eos right away (0.5) beats every longer continuation, which only get worse."""
     probs = np.full((V, V), 1e-6)

@@ -10,6 +10,7 @@ from keras_transformer.layers import (
     MultiHeadAttention,
     PositionalEncoding,
     PositionwiseFeedForward,
+    Residual,
     ScaledDotProductAttention,
     SharedEmbedding,
 )
@@ -31,6 +32,7 @@ __all__ = [
     "MultiHeadAttention",
     "PositionalEncoding",
     "PositionwiseFeedForward",
+    "Residual",
     "ScaledDotProductAttention",
     "SharedEmbedding",
     "Transformer",

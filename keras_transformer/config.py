@@ -10,6 +10,8 @@ import dataclasses
 import json
 from typing import Any
 
+from keras_transformer.errors import KerasTransformerError
+
 # Paper Table 3. `small` is sized for Multi30k on a CPU; `tiny` is for tests.
 PRESETS: dict[str, dict[str, Any]] = {
     "tiny": dict(num_layers=2, d_model=64, d_ff=128, num_heads=4, dropout_rate=0.1),
@@ -19,6 +21,11 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 POSITIONAL_KINDS = ("sinusoidal", "learned")
+RESERVED_IDS = 4  # pad 0, unk 1, bos 2, eos 3
+
+
+class ConfigError(KerasTransformerError, ValueError):
+    """A TransformerConfig value that cannot work; the message names the field."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,7 +41,9 @@ class TransformerConfig:
         num_layers: N, encoder and decoder layers each.
         d_model: model width.
         d_ff: inner width of the position-wise feed-forward network.
-        num_heads: h; `d_model` must be divisible by it (d_k = d_model / h).
+        num_heads: h; `d_model` must be divisible by it unless `d_k` and `d_v` are given.
+        d_k: query/key depth per head (Table 3 rows A, B); None means d_model / h.
+        d_v: value depth per head (Table 3 row A); None means d_model / h.
         dropout_rate: residual and embedding dropout (paper section 5.4).
         attention_dropout: dropout on attention weights.
         ffn_dropout: dropout after the feed-forward ReLU.
@@ -50,6 +59,8 @@ class TransformerConfig:
     d_model: int = 512
     d_ff: int = 2048
     num_heads: int = 8
+    d_k: int | None = None
+    d_v: int | None = None
     dropout_rate: float = 0.1
     attention_dropout: float = 0.0
     ffn_dropout: float = 0.0
@@ -60,30 +71,47 @@ class TransformerConfig:
     layer_norm_epsilon: float = 1e-6
 
     def __post_init__(self) -> None:
+        def fail(name: str, why: str) -> None:
+            raise ConfigError(f"TransformerConfig.{name} {why}, got {getattr(self, name)!r}")
+
         for name in ("vocab_size", "num_layers", "d_model", "d_ff", "num_heads", "max_length"):
             value = getattr(self, name)
-            if not isinstance(value, int) or value <= 0:
-                raise ValueError(
-                    f"TransformerConfig.{name} must be a positive integer, got {value!r}"
-                )
-        if self.d_model % self.num_heads:
-            raise ValueError(
-                f"d_model ({self.d_model}) must be divisible by num_heads ({self.num_heads})"
-            )
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                fail(name, "must be a positive integer")
+        if self.vocab_size <= RESERVED_IDS:
+            fail("vocab_size", f"must exceed the {RESERVED_IDS} reserved ids (pad, unk, bos, eos)")
+        for name in ("d_k", "d_v"):
+            value = getattr(self, name)
+            if value is None:
+                if self.d_model % self.num_heads:
+                    raise ConfigError(
+                        f"TransformerConfig.d_model ({self.d_model}) must be divisible by "
+                        f"num_heads ({self.num_heads}) unless {name} is given"
+                    )
+            elif not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                fail(name, "must be a positive integer or None (d_model / num_heads)")
         for name in ("dropout_rate", "attention_dropout", "ffn_dropout", "label_smoothing"):
             value = getattr(self, name)
-            if not 0.0 <= value < 1.0:
-                raise ValueError(f"TransformerConfig.{name} must be in [0, 1), got {value!r}")
+            if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+                fail(name, "must be in [0, 1)")
+        if not self.layer_norm_epsilon > 0.0:
+            fail("layer_norm_epsilon", "must be positive")
+        if not isinstance(self.norm_first, bool):
+            fail("norm_first", "must be True or False")
         if self.positional not in POSITIONAL_KINDS:
-            raise ValueError(
-                f"positional must be one of {POSITIONAL_KINDS}, got {self.positional!r}"
+            fail("positional", f"must be one of {POSITIONAL_KINDS}")
+        if self.positional == "sinusoidal" and self.d_model % 2:
+            raise ConfigError(
+                f"TransformerConfig.d_model must be even with positional='sinusoidal' "
+                f"(sin/cos pairs), got {self.d_model}; use an even d_model or "
+                f"positional='learned'"
             )
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> TransformerConfig:
         """The named preset (tiny, small, base, big) with `overrides` applied."""
         if name not in PRESETS:
-            raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
+            raise ConfigError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
         return cls(**{**PRESETS[name], **overrides})
 
     def replace(self, **changes: Any) -> TransformerConfig:
@@ -97,7 +125,7 @@ class TransformerConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
-            raise ValueError(f"unknown TransformerConfig field(s): {', '.join(unknown)}")
+            raise ConfigError(f"unknown TransformerConfig field(s): {', '.join(unknown)}")
         return cls(**values)
 
     def to_json(self) -> str:
@@ -114,6 +142,8 @@ class TransformerConfig:
             d_model=self.d_model,
             d_ff=self.d_ff,
             num_heads=self.num_heads,
+            d_k=self.d_k,
+            d_v=self.d_v,
             dropout_rate=self.dropout_rate,
             attention_dropout=self.attention_dropout,
             ffn_dropout=self.ffn_dropout,

@@ -71,8 +71,13 @@ class Transformer(keras.Model):
         self.embedding_dropout = keras.layers.Dropout(
             config.dropout_rate, dtype=self.dtype_policy, name="embedding_dropout"
         )
-        self.encoder = Encoder(**config.layer_kwargs(), dtype=self.dtype_policy, name="encoder")
-        self.decoder = Decoder(**config.layer_kwargs(), dtype=self.dtype_policy, name="decoder")
+        # the stacks return their attention weights too (the softmax computes them anyway):
+        # encode/decode keep the outputs, attention_weights keeps the weights
+        stack_kwargs = dict(
+            **config.layer_kwargs(), return_attention_scores=True, dtype=self.dtype_policy
+        )
+        self.encoder = Encoder(**stack_kwargs, name="encoder")
+        self.decoder = Decoder(**stack_kwargs, name="decoder")
 
     def build(self, input_shape=None):
         if self.built:  # compile() builds; a later build() is a no-op
@@ -89,6 +94,16 @@ class Transformer(keras.Model):
 
     def encode(self, source_ids, training=False):
         """(B, S) ids -> memory (B, S, d_model)."""
+        memory, _ = self._encode(source_ids, training=training)
+        return memory
+
+    def decode(self, target_in_ids, memory, source_ids, training=False):
+        """(B, T) ids, memory (B, S, d_model), (B, S) source ids for the pad mask -> (B, T, V)."""
+        x, _ = self._decode(target_in_ids, memory, source_ids, training=training)
+        return self.embedding.logits(x)
+
+    def _encode(self, source_ids, training=False):
+        """-> (memory (B, S, d_model), [N self-attention weights])."""
         source_ids = tf.convert_to_tensor(source_ids, tf.int32)
         return self.encoder(
             self._embed(source_ids, training=training),
@@ -96,17 +111,16 @@ class Transformer(keras.Model):
             training=training,
         )
 
-    def decode(self, target_in_ids, memory, source_ids, training=False):
-        """(B, T) ids, memory (B, S, d_model), (B, S) source ids for the pad mask -> (B, T, V)."""
+    def _decode(self, target_in_ids, memory, source_ids, training=False):
+        """-> (decoder output (B, T, d_model), {"self": [...], "cross": [...]} weights)."""
         target_in_ids = tf.convert_to_tensor(target_in_ids, tf.int32)
-        x = self.decoder(
+        return self.decoder(
             self._embed(target_in_ids, training=training),
             memory,
             self_attention_mask=masks.causal_mask(tf.shape(target_in_ids)[1]),
             memory_mask=masks.key_padding_mask(tf.convert_to_tensor(source_ids, tf.int32)),
             training=training,
         )
-        return self.embedding.logits(x)
 
     def call(self, inputs, training=None):
         source_ids, target_in_ids = inputs
@@ -116,19 +130,8 @@ class Transformer(keras.Model):
     def attention_weights(self, source_ids, target_in_ids):
         """Inference-mode attention maps: {"encoder": [(B, h, S, S)] per layer,
         "decoder_self": [(B, h, T, T)], "cross": [(B, h, T, S)]} (float32)."""
-        source_ids = tf.convert_to_tensor(source_ids, tf.int32)
-        target_in_ids = tf.convert_to_tensor(target_in_ids, tf.int32)
-        memory_mask = masks.key_padding_mask(source_ids)
-        memory, encoder_weights = self.encoder(
-            self._embed(source_ids), attention_mask=memory_mask, return_attention_scores=True
-        )
-        _, decoder_weights = self.decoder(
-            self._embed(target_in_ids),
-            memory,
-            self_attention_mask=masks.causal_mask(tf.shape(target_in_ids)[1]),
-            memory_mask=memory_mask,
-            return_attention_scores=True,
-        )
+        memory, encoder_weights = self._encode(source_ids)
+        _, decoder_weights = self._decode(target_in_ids, memory, source_ids)
         return {
             "encoder": encoder_weights,
             "decoder_self": decoder_weights["self"],
@@ -141,16 +144,21 @@ class Transformer(keras.Model):
         """Decoder state for `decode_step`.
 
         Returns a nested dict: "decoder": {"layer_i": {"k", "v"}} self-attention slots of
-        shape (B, h, max_length, d_k), zero and written one step at a time; "static":
+        shape (B, h, max_length, d_k / d_v), zero and written one step at a time; "static":
         {"memory_mask": (B, 1, 1, S) bool, "cross": {"layer_i": {"k", "v"}}} computed once.
         Beam search reorders "decoder" and never needs to reorder "static".
         """
         cfg = self.config
         batch = tf.shape(memory)[0]
-        depth = cfg.d_model // cfg.num_heads
-        zeros = tf.zeros([batch, cfg.num_heads, max_length, depth], self.compute_dtype)
+        d_k, d_v = self.decoder.d_k, self.decoder.d_v
+
+        def slots(depth):
+            return tf.zeros([batch, cfg.num_heads, max_length, depth], self.compute_dtype)
+
         return {
-            "decoder": {f"layer_{i}": {"k": zeros, "v": zeros} for i in range(cfg.num_layers)},
+            "decoder": {
+                f"layer_{i}": {"k": slots(d_k), "v": slots(d_v)} for i in range(cfg.num_layers)
+            },
             "static": {
                 "memory_mask": masks.key_padding_mask(tf.convert_to_tensor(source_ids, tf.int32)),
                 "cross": self.decoder.project_memory(memory),
@@ -160,15 +168,15 @@ class Transformer(keras.Model):
     def decode_step(self, ids_t, step, cache):
         """ids_t (B,) int32 at position `step` -> (logits (B, V) float32, updated cache)."""
         x = self._embed(tf.convert_to_tensor(ids_t, tf.int32)[:, tf.newaxis], offset=step)
-        x, self_cache = self.decoder(
+        x, decoder_cache, _ = self.decoder(
             x,
             memory_mask=cache["static"]["memory_mask"],
-            self_cache=cache["decoder"],
-            cross_cache=cache["static"]["cross"],
+            projected_memory=cache["static"]["cross"],
+            cache=cache["decoder"],
             step=step,
         )
         logits = self.embedding.logits(x)[:, 0, :]
-        return logits, {"decoder": self_cache, "static": cache["static"]}
+        return logits, {"decoder": decoder_cache, "static": cache["static"]}
 
     # -- training --------------------------------------------------------------------------
 

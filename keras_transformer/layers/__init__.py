@@ -9,6 +9,7 @@ from keras_transformer.layers.embedding import (
 )
 from keras_transformer.layers.encoder import Encoder, EncoderLayer
 from keras_transformer.layers.feed_forward import PositionwiseFeedForward
+from keras_transformer.layers.residual import Residual
 
 __all__ = [
     "Decoder",
@@ -19,6 +20,7 @@ __all__ = [
     "MultiHeadAttention",
     "PositionalEncoding",
     "PositionwiseFeedForward",
+    "Residual",
     "ScaledDotProductAttention",
     "SharedEmbedding",
 ]

@@ -1,7 +1,8 @@
 """Scaled dot-product attention and multi-head attention (paper sections 3.2.1, 3.2.2).
 
 Glossary of shapes: B batch, S source (key) length, T target (query) length, h heads,
-d_k = d_model / h head depth, L cache length.
+d_k query/key depth and d_v value depth per head (both d_model / h unless set, Table 3
+rows A and B), L cache length.
 """
 
 from __future__ import annotations
@@ -10,6 +11,29 @@ import keras
 import tensorflow as tf
 
 from keras_transformer.layers import masks
+
+
+def head_depths(d_model: int, num_heads: int, d_k: int | None, d_v: int | None):
+    """(d_k, d_v) per head, each d_model / h unless given; a clear error if impossible."""
+    if num_heads <= 0 or d_model <= 0:
+        raise ValueError(f"d_model ({d_model}) and num_heads ({num_heads}) must be positive")
+    for name, depth in (("d_k", d_k), ("d_v", d_v)):
+        if depth is None and d_model % num_heads:
+            raise ValueError(
+                f"d_model ({d_model}) must be a positive multiple of num_heads ({num_heads}) "
+                f"unless {name} is given"
+            )
+        if depth is not None and (not isinstance(depth, int) or depth <= 0):
+            raise ValueError(f"{name} must be a positive integer, got {depth!r}")
+    return d_k or d_model // num_heads, d_v or d_model // num_heads
+
+
+def with_extras(outputs, cache=None, weights=None):
+    """The one return rule of the attention layers and blocks: `outputs`, then the updated
+    cache if a cache was given, then the attention weights if the layer was built with
+    `return_attention_scores` (callers pass None for what is absent)."""
+    extras = tuple(extra for extra in (cache, weights) if extra is not None)
+    return (outputs, *extras) if extras else outputs
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -22,12 +46,12 @@ class ScaledDotProductAttention(keras.layers.Layer):
     Call arguments:
         query: (B, h, T, d_k).
         key: (B, h, S, d_k).
-        value: (B, h, S, d_k).
+        value: (B, h, S, d_v).
         attention_mask: bool broadcastable to (B, h, T, S), True where allowed, or None.
         training: dropout on or off.
 
     Returns:
-        (outputs (B, h, T, d_k) in the compute dtype, weights (B, h, T, S) float32).
+        (outputs (B, h, T, d_v) in the compute dtype, weights (B, h, T, S) float32).
         Masked keys get weight 0; a fully masked row gets uniform (finite) weights.
     """
 
@@ -61,32 +85,45 @@ class ScaledDotProductAttention(keras.layers.Layer):
 class MultiHeadAttention(keras.layers.Layer):
     """Multi-head attention with fused projections and an optional decoding cache.
 
-    Self-attention projects Q, K and V with one (d_model, 3 d_model) matmul;
-    cross-attention projects Q from the decoder and K, V from the encoder memory with one
-    (d_model, 2 d_model) matmul. Heads have depth d_model / h as in the paper.
+    Self-attention projects Q, K and V with one (d_model, h d_k + h d_k + h d_v) matmul;
+    cross-attention projects Q from the decoder (d_model, h d_k) and K, V from the encoder
+    memory with one (d_model, h d_k + h d_v) matmul. The output projection is
+    (h d_v, d_model). The paper's d_k = d_v = d_model / h is the default.
 
     Args:
         num_heads: h.
-        d_model: model width; divisible by `num_heads`.
+        d_model: model width.
+        d_k: query/key depth per head; default d_model / h (then `d_model` must be a
+            multiple of `num_heads`).
+        d_v: value depth per head; default d_model / h.
         self_attention: True for self-attention (keys from the query sequence), False for
             encoder-decoder attention (keys from `memory`).
         attention_dropout: dropout on attention weights.
         use_bias: biases on the projections.
+        return_attention_scores: also return the (B, h, T, S) float32 attention weights.
 
     Call arguments:
         query: (B, T, d_model).
-        memory: (B, S, d_model) for cross-attention; must be None for self-attention.
+        memory: (B, S, d_model) for cross-attention; None for self-attention.
         attention_mask: bool broadcastable to (B, h, T, S), True where allowed.
-        cache: for incremental decoding. Self-attention: {"k", "v"} of shape (B, h, L, d_k),
-            written at `step`, and `query` is (B, 1, d_model). Cross-attention: {"k", "v"}
-            from `project_memory(memory)`, computed once.
-        step: scalar int, the position being decoded (self-attention cache only).
+        projected_memory: cross-attention only, instead of `memory`: {"k", "v"} from
+            `project_memory(memory)`, computed once per source.
+        cache: self-attention only, for incremental decoding: {"k": (B, h, L, d_k),
+            "v": (B, h, L, d_v)}, written at `step`; `query` is then (B, 1, d_model) and
+            `attention_mask` is replaced by "slots 0..step".
+        step: scalar int, the position being decoded (with `cache` only).
         training: dropout on or off.
-        return_attention_scores: also return the (B, h, T, S) float32 weights.
 
     Returns:
-        (B, T, d_model); `(outputs, cache)` whenever a cache is given;
-        `(outputs, weights)` with `return_attention_scores`.
+        One fixed structure: `outputs` (B, T, d_model), then the updated cache if a cache
+        was given, then the weights if built with `return_attention_scores`:
+        `outputs`, `(outputs, cache)`, `(outputs, weights)` or `(outputs, cache, weights)`.
+
+    Example:
+        >>> mha = MultiHeadAttention(num_heads=2, d_model=8, return_attention_scores=True)
+        >>> out, weights = mha(tf.zeros([1, 3, 8]))
+        >>> weights.shape
+        TensorShape([1, 2, 3, 3])
     """
 
     def __init__(
@@ -94,134 +131,146 @@ class MultiHeadAttention(keras.layers.Layer):
         *,
         num_heads: int,
         d_model: int,
+        d_k: int | None = None,
+        d_v: int | None = None,
         self_attention: bool = True,
         attention_dropout: float = 0.0,
         use_bias: bool = True,
+        return_attention_scores: bool = False,
         **kwargs,
     ):
         super().__init__(**kwargs)
-        if num_heads <= 0 or d_model <= 0 or d_model % num_heads:
-            raise ValueError(
-                f"d_model ({d_model}) must be a positive multiple of num_heads ({num_heads})"
-            )
+        self.d_k, self.d_v = head_depths(d_model, num_heads, d_k, d_v)
         self.num_heads = num_heads
         self.d_model = d_model
         self.self_attention = self_attention
         self.attention_dropout = attention_dropout
         self.use_bias = use_bias
-        self.depth = d_model // num_heads
+        self.return_attention_scores = return_attention_scores
 
-    def _projection(self, name, width):
+    def _projection(self, name, shape):
         kernel = self.add_weight(
-            name=f"{name}_kernel",
-            shape=(self.d_model, width),
-            initializer=keras.initializers.GlorotUniform(),
+            name=f"{name}_kernel", shape=shape, initializer=keras.initializers.GlorotUniform()
         )
         bias = (
-            self.add_weight(name=f"{name}_bias", shape=(width,), initializer="zeros")
+            self.add_weight(name=f"{name}_bias", shape=shape[-1:], initializer="zeros")
             if self.use_bias
             else None
         )
         return kernel, bias
 
     def build(self, input_shape=None):
+        h, d, keys, values = self.num_heads, self.d_model, self.d_k, self.d_v
         if self.self_attention:
-            self.qkv_kernel, self.qkv_bias = self._projection("qkv", 3 * self.d_model)
+            self.qkv_kernel, self.qkv_bias = self._projection("qkv", (d, h * (2 * keys + values)))
         else:
-            self.q_kernel, self.q_bias = self._projection("q", self.d_model)
-            self.kv_kernel, self.kv_bias = self._projection("kv", 2 * self.d_model)
-        self.output_kernel, self.output_bias = self._projection("output", self.d_model)
+            self.q_kernel, self.q_bias = self._projection("q", (d, h * keys))
+            self.kv_kernel, self.kv_bias = self._projection("kv", (d, h * (keys + values)))
+        self.output_kernel, self.output_bias = self._projection("output", (h * values, d))
         self.attention = ScaledDotProductAttention(
             attention_dropout=self.attention_dropout, dtype=self.dtype_policy, name="attention"
         )
         self.attention.build()
         self.built = True
 
-    def _dense(self, x, kernel, bias):
-        """(B, T, d_model) -> (B*T, width), one 2-D matmul."""
-        out = tf.matmul(tf.reshape(x, [-1, self.d_model]), tf.cast(kernel, x.dtype))
+    @staticmethod
+    def _dense(x, kernel, bias):
+        """(B, T, width_in) -> (B*T, width_out), one 2-D matmul."""
+        out = tf.matmul(tf.reshape(x, [-1, kernel.shape[0]]), tf.cast(kernel, x.dtype))
         if bias is not None:
             out = tf.nn.bias_add(out, tf.cast(bias, x.dtype))
         return out
 
-    def _split_heads(self, flat, batch, length, parts):
-        """(B*T, parts*d_model) -> `parts` tensors (B, h, T, d_k), with one transpose."""
-        if parts == 1:
-            x = tf.reshape(flat, [batch, length, self.num_heads, self.depth])
-            return [tf.transpose(x, [0, 2, 1, 3])]
-        x = tf.reshape(flat, [batch, length, parts, self.num_heads, self.depth])
-        return tf.unstack(tf.transpose(x, [2, 0, 3, 1, 4]))
+    def _split_heads(self, flat, batch, length, depths):
+        """(B*T, h * sum(depths)) -> one (B, h, T, depth) tensor per depth."""
+        h = self.num_heads
+        if len(set(depths)) == 1:  # equal depths: one reshape and one transpose for all
+            x = tf.reshape(flat, [batch, length, len(depths), h, depths[0]])
+            return tf.unstack(tf.transpose(x, [2, 0, 3, 1, 4]))
+        parts = tf.split(flat, [h * depth for depth in depths], axis=-1)
+        return [
+            tf.transpose(tf.reshape(part, [batch, length, h, depth]), [0, 2, 1, 3])
+            for part, depth in zip(parts, depths)
+        ]
 
     def project_memory(self, memory):
-        """Cross-attention keys and values, once per source: {"k", "v"} (B, h, S, d_k)."""
+        """Cross-attention keys and values, once per source: {"k": (B, h, S, d_k),
+        "v": (B, h, S, d_v)}."""
         if self.self_attention:
             raise ValueError("project_memory is for cross-attention layers")
         shape = tf.shape(memory)
-        kv = self._split_heads(
-            self._dense(memory, self.kv_kernel, self.kv_bias), shape[0], shape[1], 2
-        )
-        return {"k": kv[0], "v": kv[1]}
+        flat = self._dense(memory, self.kv_kernel, self.kv_bias)
+        k, v = self._split_heads(flat, shape[0], shape[1], (self.d_k, self.d_v))
+        return {"k": k, "v": v}
+
+    def _check_arguments(self, memory, projected_memory, cache, step):
+        if self.self_attention:
+            if memory is not None or projected_memory is not None:
+                raise ValueError("a self-attention layer takes no `memory`/`projected_memory`")
+            if (cache is None) != (step is None):
+                raise ValueError("a self-attention cache and `step` go together")
+        else:
+            if cache is not None or step is not None:
+                raise ValueError(
+                    "cross-attention keeps no cache: pass `projected_memory` "
+                    "from project_memory(memory) instead"
+                )
+            if (memory is None) == (projected_memory is None):
+                raise ValueError(
+                    "cross-attention needs exactly one of `memory` and `projected_memory`"
+                )
+
+    @staticmethod
+    def _write_cache(cache, k, v, step):
+        """Write this step's (B, h, 1, d) key/value into slot `step` of the (B, h, L, d) cache."""
+        slot = tf.equal(tf.range(tf.shape(cache["k"])[2]), step)[:, tf.newaxis]
+        k = tf.where(slot, tf.cast(k, cache["k"].dtype), cache["k"])
+        v = tf.where(slot, tf.cast(v, cache["v"].dtype), cache["v"])
+        return {"k": k, "v": v}
 
     def call(
         self,
         query,
         memory=None,
         attention_mask=None,
+        projected_memory=None,
         cache=None,
         step=None,
         training=None,
-        return_attention_scores=False,
     ):
-        if self.self_attention and memory is not None:
-            raise ValueError("a self-attention layer takes no `memory`")
+        self._check_arguments(memory, projected_memory, cache, step)
         shape = tf.shape(query)
         batch, length = shape[0], shape[1]
         if self.self_attention:
-            q, k, v = self._split_heads(
-                self._dense(query, self.qkv_kernel, self.qkv_bias), batch, length, 3
-            )
+            flat = self._dense(query, self.qkv_kernel, self.qkv_bias)
+            q, k, v = self._split_heads(flat, batch, length, (self.d_k, self.d_k, self.d_v))
             if cache is not None:
-                if step is None:
-                    raise ValueError("a self-attention cache needs `step`")
-                # write this step's key/value into the fixed-size cache: (B, h, L, d_k)
-                slot = tf.equal(tf.range(tf.shape(cache["k"])[2]), step)[:, tf.newaxis]
-                k = tf.where(slot, tf.cast(k, cache["k"].dtype), cache["k"])
-                v = tf.where(slot, tf.cast(v, cache["v"].dtype), cache["v"])
-                cache = {"k": k, "v": v}
+                cache = self._write_cache(cache, k, v, step)
+                k, v = cache["k"], cache["v"]
                 attention_mask = masks.step_mask(step, tf.shape(k)[2])
         else:
-            q = self._split_heads(self._dense(query, self.q_kernel, self.q_bias), batch, length, 1)[
-                0
-            ]
-            if cache is not None:
-                k, v = cache["k"], cache["v"]
-            elif memory is None:
-                raise ValueError("cross-attention needs `memory` or a cache from project_memory")
-            else:
-                kv = self.project_memory(memory)
-                k, v = kv["k"], kv["v"]
+            flat = self._dense(query, self.q_kernel, self.q_bias)
+            (q,) = self._split_heads(flat, batch, length, (self.d_k,))
+            kv = projected_memory if projected_memory is not None else self.project_memory(memory)
+            k, v = kv["k"], kv["v"]
         k, v = tf.cast(k, q.dtype), tf.cast(v, q.dtype)
         context, weights = self.attention(q, k, v, attention_mask=attention_mask, training=training)
-        context = tf.reshape(tf.transpose(context, [0, 2, 1, 3]), [batch, length, self.d_model])
+        context = tf.transpose(context, [0, 2, 1, 3])  # (B, T, h, d_v)
         outputs = tf.reshape(
             self._dense(context, self.output_kernel, self.output_bias),
             [batch, length, self.d_model],
         )
-        if cache is not None:
-            return outputs, cache
-        if return_attention_scores:
-            return outputs, weights
-        return outputs
-
-    def compute_output_shape(self, input_shape):
-        return input_shape
+        return with_extras(outputs, cache, weights if self.return_attention_scores else None)
 
     def get_config(self):
         return {
             **super().get_config(),
             "num_heads": self.num_heads,
             "d_model": self.d_model,
+            "d_k": self.d_k,
+            "d_v": self.d_v,
             "self_attention": self.self_attention,
             "attention_dropout": self.attention_dropout,
             "use_bias": self.use_bias,
+            "return_attention_scores": self.return_attention_scores,
         }

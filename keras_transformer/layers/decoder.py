@@ -3,62 +3,44 @@
 from __future__ import annotations
 
 import keras
+import tensorflow as tf
 
-from keras_transformer.layers.attention import MultiHeadAttention
+from keras_transformer.layers.attention import with_extras
 from keras_transformer.layers.base import BlockLayer, StackLayer
-from keras_transformer.layers.feed_forward import PositionwiseFeedForward
-from keras_transformer.layers.residual import make_norm_and_dropout, residual
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class DecoderLayer(BlockLayer):
     """Causal self-attention, encoder-decoder attention, feed-forward; each residual-wrapped.
 
+    Sublayers (also the checkpoint names): `self_attention`, `cross_attention` and
+    `feed_forward`, each a `Residual` (its `sublayer` and its `norm`), as in `EncoderLayer`.
+
     Args:
-        As `EncoderLayer`.
+        As `EncoderLayer`; `return_attention_scores` returns
+        {"self": (B, h, T, T or L), "cross": (B, h, T, S)}.
 
     Call arguments:
         inputs: (B, T, d_model).
-        memory: (B, S, d_model) encoder output; may be None when `cross_cache` is given.
-        self_attention_mask: bool (1, 1, T, T) causal mask (ignored with `self_cache`).
+        memory: (B, S, d_model) encoder output; None when `projected_memory` is given.
+        self_attention_mask: bool (1, 1, T, T) causal mask (not used with a `cache`).
         memory_mask: bool (B, 1, 1, S), True on real source tokens.
-        self_cache: {"k", "v"} (B, h, L, d_k) for incremental decoding; T must be 1.
-        cross_cache: {"k", "v"} (B, h, S, d_k) from `cross_attention.project_memory`.
-        step: scalar int position being decoded (with `self_cache`).
+        projected_memory: {"k", "v"} (B, h, S, d_k / d_v) from
+            `cross_attention.sublayer.project_memory(memory)`, instead of `memory`.
+        cache: self-attention {"k": (B, h, L, d_k), "v": (B, h, L, d_v)} for incremental
+            decoding; T must be 1.
+        step: scalar int position being decoded (with `cache` only).
         training: dropout on or off.
-        return_attention_scores: also return {"self": (B, h, T, T), "cross": (B, h, T, S)}.
 
     Returns:
-        (B, T, d_model); `(outputs, self_cache)` with a cache; `(outputs, weights)` with
-        `return_attention_scores`.
+        `outputs` (B, T, d_model), then the updated cache if a `cache` was given, then the
+        weights if built with `return_attention_scores`.
     """
 
     def build(self, input_shape=None):
-        def attention(name, self_attention):
-            layer = MultiHeadAttention(
-                num_heads=self.num_heads,
-                d_model=self.d_model,
-                self_attention=self_attention,
-                attention_dropout=self.attention_dropout,
-                dtype=self.dtype_policy,
-                name=name,
-            )
-            layer.build()
-            return layer
-
-        self.self_attention = attention("self_attention", True)
-        self.cross_attention = attention("cross_attention", False)
-        self.feed_forward = PositionwiseFeedForward(
-            d_model=self.d_model,
-            d_ff=self.d_ff,
-            ffn_dropout=self.ffn_dropout,
-            dtype=self.dtype_policy,
-            name="feed_forward",
-        )
-        self.feed_forward.build()
-        self.self_norm, self.self_dropout = make_norm_and_dropout(self, "self", self.d_model)
-        self.cross_norm, self.cross_dropout = make_norm_and_dropout(self, "cross", self.d_model)
-        self.ffn_norm, self.ffn_dropout_layer = make_norm_and_dropout(self, "ffn", self.d_model)
+        self.self_attention = self._attention_block("self_attention", self_attention=True)
+        self.cross_attention = self._attention_block("cross_attention", self_attention=False)
+        self.feed_forward = self._feed_forward_block()
         self.built = True
 
     def call(
@@ -67,66 +49,30 @@ class DecoderLayer(BlockLayer):
         memory=None,
         self_attention_mask=None,
         memory_mask=None,
-        self_cache=None,
-        cross_cache=None,
+        projected_memory=None,
+        cache=None,
         step=None,
         training=None,
-        return_attention_scores=False,
     ):
-        def self_block(y):
-            if self_cache is not None:
-                return self.self_attention(y, cache=self_cache, step=step, training=training)
-            return self.self_attention(
-                y,
-                attention_mask=self_attention_mask,
-                training=training,
-                return_attention_scores=True,
+        if cache is None:
+            x, self_weights = self.self_attention(
+                inputs, attention_mask=self_attention_mask, training=training
             )
-
-        def cross_block(y):
-            if cross_cache is not None:
-                out, _ = self.cross_attention(
-                    y, attention_mask=memory_mask, cache=cross_cache, training=training
-                )
-                return out, None
-            return self.cross_attention(
-                y,
-                memory,
-                attention_mask=memory_mask,
-                training=training,
-                return_attention_scores=True,
+        else:  # a tensor step: nested sublayer arguments must all be tensors
+            step = step if step is None else tf.convert_to_tensor(step, tf.int32)
+            x, cache, self_weights = self.self_attention(
+                inputs, cache=cache, step=step, training=training
             )
-
-        norm_first = self.norm_first
-        x, self_extra = residual(
-            inputs,
-            self_block,
-            self.self_norm,
-            self.self_dropout,
-            norm_first=norm_first,
-            training=training,
-        )
-        x, cross_weights = residual(
+        x, cross_weights = self.cross_attention(
             x,
-            cross_block,
-            self.cross_norm,
-            self.cross_dropout,
-            norm_first=norm_first,
+            memory,
+            attention_mask=memory_mask,
+            projected_memory=projected_memory,
             training=training,
         )
-        x, _ = residual(
-            x,
-            lambda y: (self.feed_forward(y, training=training), None),
-            self.ffn_norm,
-            self.ffn_dropout_layer,
-            norm_first=norm_first,
-            training=training,
-        )
-        if self_cache is not None:
-            return x, self_extra
-        if return_attention_scores:
-            return x, {"self": self_extra, "cross": cross_weights}
-        return x
+        x = self.feed_forward(x, training=training)
+        weights = {"self": self_weights, "cross": cross_weights}
+        return with_extras(x, cache, weights if self.return_attention_scores else None)
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -135,48 +81,32 @@ class Decoder(StackLayer):
 
     Args:
         num_layers: N.
+        return_attention_scores: also return {"self": [N weights], "cross": [N weights]}.
         Other arguments: as `EncoderLayer`.
 
     Call arguments:
         inputs: (B, T, d_model) embedded target (positions added).
-        memory: (B, S, d_model), or None with `cross_cache`.
+        memory: (B, S, d_model), or None with `projected_memory`.
         self_attention_mask: bool (1, 1, T, T) causal mask.
         memory_mask: bool (B, 1, 1, S).
-        self_cache: {"layer_i": {"k", "v"}} with (B, h, L, d_k) tensors; T must be 1.
-        cross_cache: {"layer_i": {"k", "v"}} from `project_memory`.
-        step: scalar int position being decoded.
+        projected_memory: {"layer_i": {"k", "v"}} from `project_memory(memory)`.
+        cache: {"layer_i": {"k", "v"}} self-attention slots (B, h, L, d_k / d_v); T must
+            be 1.
+        step: scalar int position being decoded (with `cache` only).
         training: dropout on or off.
-        return_attention_scores: also return {"self": [...], "cross": [...]} per layer.
 
     Returns:
-        (B, T, d_model); `(outputs, self_cache)` with a cache; `(outputs, weights)` with
-        `return_attention_scores`.
+        `outputs` (B, T, d_model), then the updated cache if a `cache` was given, then the
+        weights if built with `return_attention_scores`.
     """
 
-    def build(self, input_shape=None):
-        # each block is also an attribute of its own: TensorFlow's checkpoint tracking
-        # does not see into a list attribute of a Keras 3 layer
-        blocks = [
-            DecoderLayer(**self.block_kwargs(), dtype=self.dtype_policy, name=f"layer_{i}")
-            for i in range(self.num_layers)
-        ]
-        for i, layer in enumerate(blocks):
-            layer.build()
-            setattr(self, f"layer_{i}", layer)
-        self.blocks = blocks
-        self.final_norm = None
-        if self.norm_first:
-            self.final_norm = keras.layers.LayerNormalization(
-                epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name="final_norm"
-            )
-            self.final_norm.build((None, None, self.d_model))
-        self.built = True
+    block_class = DecoderLayer
 
     def project_memory(self, memory):
         """Cross-attention keys/values for every layer, computed once per source."""
         return {
-            f"layer_{i}": layer.cross_attention.project_memory(memory)
-            for i, layer in enumerate(self.blocks)
+            f"layer_{i}": block.cross_attention.sublayer.project_memory(memory)
+            for i, block in enumerate(self.blocks)
         }
 
     def call(
@@ -185,38 +115,29 @@ class Decoder(StackLayer):
         memory=None,
         self_attention_mask=None,
         memory_mask=None,
-        self_cache=None,
-        cross_cache=None,
+        projected_memory=None,
+        cache=None,
         step=None,
         training=None,
-        return_attention_scores=False,
     ):
         x, new_cache, weights = inputs, {}, {"self": [], "cross": []}
-        for i, layer in enumerate(self.blocks):
+        for i, block in enumerate(self.blocks):
             key = f"layer_{i}"
-            if self_cache is not None:
-                x, new_cache[key] = layer(
-                    x,
-                    memory,
-                    memory_mask=memory_mask,
-                    self_cache=self_cache[key],
-                    cross_cache=None if cross_cache is None else cross_cache[key],
-                    step=step,
-                    training=training,
-                )
+            kwargs = dict(
+                self_attention_mask=self_attention_mask,
+                memory_mask=memory_mask,
+                projected_memory=None if projected_memory is None else projected_memory[key],
+                training=training,
+            )
+            if cache is None:
+                x, block_weights = block(x, memory, **kwargs)
             else:
-                x, layer_weights = layer(
-                    x,
-                    memory,
-                    self_attention_mask=self_attention_mask,
-                    memory_mask=memory_mask,
-                    training=training,
-                    return_attention_scores=True,
+                x, new_cache[key], block_weights = block(
+                    x, memory, cache=cache[key], step=step, **kwargs
                 )
-                weights["self"].append(layer_weights["self"])
-                weights["cross"].append(layer_weights["cross"])
+            for kind in ("self", "cross"):
+                weights[kind].append(block_weights[kind])
         if self.final_norm is not None:
             x = self.final_norm(x)
-        if self_cache is not None:
-            return x, new_cache
-        return (x, weights) if return_attention_scores else x
+        new_cache = None if cache is None else new_cache
+        return with_extras(x, new_cache, weights if self.return_attention_scores else None)

@@ -4,77 +4,51 @@ from __future__ import annotations
 
 import keras
 
-from keras_transformer.layers.attention import MultiHeadAttention
+from keras_transformer.layers.attention import with_extras
 from keras_transformer.layers.base import BlockLayer, StackLayer
-from keras_transformer.layers.feed_forward import PositionwiseFeedForward
-from keras_transformer.layers.residual import make_norm_and_dropout, residual
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class EncoderLayer(BlockLayer):
     """Self-attention then feed-forward, each wrapped in residual + dropout + norm.
 
+    Sublayers (also the checkpoint names): `self_attention` and `feed_forward`, each a
+    `Residual` whose `sublayer` is the attention or feed-forward layer and whose `norm`
+    is its LayerNormalization.
+
     Args:
         d_model, num_heads, d_ff: widths (paper notation).
+        d_k, d_v: query/key and value depth per head (default d_model / num_heads).
         dropout_rate: residual dropout (section 5.4).
         attention_dropout, ffn_dropout: optional extra dropouts (paper: 0).
         norm_first: pre-norm instead of the paper's post-norm.
         layer_norm_epsilon: LayerNormalization epsilon.
+        return_attention_scores: also return the self-attention weights.
 
     Call arguments:
         inputs: (B, S, d_model).
         attention_mask: bool (B, 1, 1, S), True on real source tokens.
         training: dropout on or off.
-        return_attention_scores: also return (B, h, S, S) self-attention weights.
 
     Returns:
-        (B, S, d_model), or `(outputs, weights)`.
+        (B, S, d_model), or `(outputs, weights (B, h, S, S) float32)` if built with
+        `return_attention_scores`.
+
+    Example:
+        >>> layer = EncoderLayer(d_model=8, num_heads=2, d_ff=16)
+        >>> layer(tf.zeros([2, 5, 8])).shape
+        TensorShape([2, 5, 8])
     """
 
     def build(self, input_shape=None):
-        self.self_attention = MultiHeadAttention(
-            num_heads=self.num_heads,
-            d_model=self.d_model,
-            self_attention=True,
-            attention_dropout=self.attention_dropout,
-            dtype=self.dtype_policy,
-            name="self_attention",
-        )
-        self.self_attention.build()
-        self.feed_forward = PositionwiseFeedForward(
-            d_model=self.d_model,
-            d_ff=self.d_ff,
-            ffn_dropout=self.ffn_dropout,
-            dtype=self.dtype_policy,
-            name="feed_forward",
-        )
-        self.feed_forward.build()
-        self.attention_norm, self.attention_dropout_layer = make_norm_and_dropout(
-            self, "attention", self.d_model
-        )
-        self.ffn_norm, self.ffn_dropout_layer = make_norm_and_dropout(self, "ffn", self.d_model)
+        self.self_attention = self._attention_block("self_attention", self_attention=True)
+        self.feed_forward = self._feed_forward_block()
         self.built = True
 
-    def call(self, inputs, attention_mask=None, training=None, return_attention_scores=False):
-        x, weights = residual(
-            inputs,
-            lambda y: self.self_attention(
-                y, attention_mask=attention_mask, training=training, return_attention_scores=True
-            ),
-            self.attention_norm,
-            self.attention_dropout_layer,
-            norm_first=self.norm_first,
-            training=training,
-        )
-        x, _ = residual(
-            x,
-            lambda y: (self.feed_forward(y, training=training), None),
-            self.ffn_norm,
-            self.ffn_dropout_layer,
-            norm_first=self.norm_first,
-            training=training,
-        )
-        return (x, weights) if return_attention_scores else x
+    def call(self, inputs, attention_mask=None, training=None):
+        x, weights = self.self_attention(inputs, attention_mask=attention_mask, training=training)
+        x = self.feed_forward(x, training=training)
+        return with_extras(x, weights=weights if self.return_attention_scores else None)
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -83,44 +57,26 @@ class Encoder(StackLayer):
 
     Args:
         num_layers: N.
+        return_attention_scores: also return the self-attention weights of every layer.
         Other arguments: as `EncoderLayer`.
 
     Call arguments:
         inputs: (B, S, d_model) embedded source (positions added).
         attention_mask: bool (B, 1, 1, S), True on real source tokens.
         training: dropout on or off.
-        return_attention_scores: also return a list of N (B, h, S, S) weights.
 
     Returns:
-        memory (B, S, d_model), or `(memory, [weights per layer])`.
+        memory (B, S, d_model), or `(memory, [N weights (B, h, S, S)])` if built with
+        `return_attention_scores`.
     """
 
-    def build(self, input_shape=None):
-        # each block is also an attribute of its own: TensorFlow's checkpoint tracking
-        # does not see into a list attribute of a Keras 3 layer
-        blocks = [
-            EncoderLayer(**self.block_kwargs(), dtype=self.dtype_policy, name=f"layer_{i}")
-            for i in range(self.num_layers)
-        ]
-        for i, layer in enumerate(blocks):
-            layer.build()
-            setattr(self, f"layer_{i}", layer)
-        self.blocks = blocks
-        self.final_norm = None
-        if self.norm_first:
-            self.final_norm = keras.layers.LayerNormalization(
-                epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name="final_norm"
-            )
-            self.final_norm.build((None, None, self.d_model))
-        self.built = True
+    block_class = EncoderLayer
 
-    def call(self, inputs, attention_mask=None, training=None, return_attention_scores=False):
-        x, all_weights = inputs, []
-        for layer in self.blocks:
-            x, weights = layer(
-                x, attention_mask=attention_mask, training=training, return_attention_scores=True
-            )
-            all_weights.append(weights)
+    def call(self, inputs, attention_mask=None, training=None):
+        x, weights = inputs, []
+        for block in self.blocks:
+            x, block_weights = block(x, attention_mask=attention_mask, training=training)
+            weights.append(block_weights)
         if self.final_norm is not None:
             x = self.final_norm(x)
-        return (x, all_weights) if return_attention_scores else x
+        return with_extras(x, weights=weights if self.return_attention_scores else None)

@@ -72,9 +72,11 @@ def test_cross_attention_layer():
 
 
 def test_heads_have_depth_d_model_over_h_and_weights_sum_to_one():
-    layer = MultiHeadAttention(num_heads=3, d_model=12, self_attention=False)
+    layer = MultiHeadAttention(
+        num_heads=3, d_model=12, self_attention=False, return_attention_scores=True
+    )
     mask = masks.key_padding_mask(tf.constant(SRC))
-    _, weights = layer(X, MEM, attention_mask=mask, return_attention_scores=True)
+    _, weights = layer(X, MEM, attention_mask=mask)
     assert weights.shape == (2, 3, 4, 5)
     np.testing.assert_allclose(weights.numpy().sum(-1), 1.0, rtol=1e-6)
     assert np.all(weights.numpy()[0, :, :, 3:] == 0.0)
@@ -94,7 +96,7 @@ def test_cached_cross_attention_equals_uncached():
     layer = MultiHeadAttention(num_heads=3, d_model=12, self_attention=False)
     mask = masks.key_padding_mask(tf.constant(SRC))
     expected = layer(X, MEM, attention_mask=mask).numpy()
-    out, _ = layer(X, attention_mask=mask, cache=layer.project_memory(MEM))
+    out = layer(X, attention_mask=mask, projected_memory=layer.project_memory(MEM))
     np.testing.assert_allclose(out.numpy(), expected, rtol=1e-6)
 
 
@@ -103,5 +105,12 @@ def test_bad_arguments():
         MultiHeadAttention(num_heads=5, d_model=12)
     with pytest.raises(ValueError, match="takes no `memory`"):
         MultiHeadAttention(num_heads=3, d_model=12)(X, MEM)
-    with pytest.raises(ValueError, match="needs `memory`"):
-        MultiHeadAttention(num_heads=3, d_model=12, self_attention=False)(X)
+    cross = MultiHeadAttention(num_heads=3, d_model=12, self_attention=False)
+    with pytest.raises(ValueError, match="exactly one of `memory` and `projected_memory`"):
+        cross(X)
+    with pytest.raises(ValueError, match="exactly one of `memory` and `projected_memory`"):
+        cross(X, MEM, projected_memory=cross.project_memory(MEM))
+    with pytest.raises(ValueError, match="keeps no cache"):
+        cross(X, MEM, cache={"k": tf.zeros([2, 3, 6, 4]), "v": tf.zeros([2, 3, 6, 4])}, step=0)
+    with pytest.raises(ValueError, match="cache and `step` go together"):
+        MultiHeadAttention(num_heads=3, d_model=12)(X[:, :1], step=0)

@@ -86,7 +86,7 @@ def test_heads_have_depth_d_model_over_h_and_weights_sum_to_one():
 def test_cached_self_attention_equals_causal_full_attention():
     layer = MultiHeadAttention(num_heads=3, d_model=12)
     full = layer(X, attention_mask=masks.causal_mask(4)).numpy()
-    cache = {"k": tf.zeros([2, 3, 6, 4]), "v": tf.zeros([2, 3, 6, 4])}
+    cache = {"k": tf.zeros([2, 3, 0, 4]), "v": tf.zeros([2, 3, 0, 4])}  # grows per step
     for t in range(4):
         out, cache = layer(X[:, t : t + 1], cache=cache, step=t)
         np.testing.assert_allclose(out.numpy()[:, 0], full[:, t], rtol=1e-5, atol=1e-5)

@@ -193,3 +193,19 @@ def test_empty_batch():
         greedy_trap(), tf.zeros([0], tf.int32), {}, tf.zeros([0], tf.int32), EOS
     )
     assert seqs.shape[0] == 0 and scores.shape == (0, 4)
+
+
+@pytest.mark.parametrize("vocab, count", [(8000, 8), (1000, 3), (300, 128), (6, 4)])
+def test_two_stage_top_k_equals_top_k(vocab, count):
+    from keras_transformer.decoding import _row_top_k
+
+    rng = np.random.default_rng(vocab)
+    logits = rng.normal(size=(5, vocab)).astype(np.float32)
+    logits[0, :200] = logits[0, 0]  # ties in one block do not break it
+    count = min(count, vocab)
+    values, ids, row_max = _row_top_k(tf.constant(logits), tf.constant(count))
+    expected_values, _ = tf.math.top_k(logits, k=count)
+    np.testing.assert_array_equal(values, expected_values)
+    np.testing.assert_array_equal(np.take_along_axis(logits, ids.numpy(), 1), values)
+    assert all(len(set(row)) == count for row in ids.numpy().tolist())
+    np.testing.assert_array_equal(row_max[:, 0], logits.max(-1))

@@ -177,7 +177,8 @@ def main(argv=None) -> None:
             prefix = tf.where(
                 tf.range(STEPS + 1) == step, ids[:, tf.newaxis], cache["decoder"]["prefix"]
             )
-            logits = model((cache["static"]["src"], prefix[:, : step + 1]), training=False)[:, -1]
+            src = tf.repeat(cache["static"]["src"], BEAM, axis=0)  # static: one row per sentence
+            logits = model((src, prefix[:, : step + 1]), training=False)[:, -1]
             return logits, {"decoder": {"prefix": prefix}, "static": cache["static"]}
 
         cache = {

@@ -7,9 +7,11 @@ The search knows the model only through
 where N is the number of live rows: live sentences (greedy) or live sentences x beam (beam
 search), and `cache` is a nested structure of tensors whose first axis is N. Beam search
 reorders the cache with one gather per step, except a top-level "static" entry (e.g.
-cross-attention keys and values), which is the same for every beam of a sentence and is
-never reordered. A sentence whose result is settled leaves the batch (all its rows, "static"
-included), so the steps that follow run on the sentences still being decoded only.
+cross-attention keys and values), which is the same for every beam of a sentence: it keeps
+one row per live sentence (N / K rows, each shared by K consecutive ids) and is never
+reordered or copied per beam. A sentence whose result is settled leaves the batch (all its
+rows, "static" included), so the steps that follow run on the sentences still being decoded
+only.
 
 Shapes: B batch, b live sentences, K beam size, L maximum decode length, V vocabulary.
 """
@@ -132,14 +134,13 @@ def _settle(out, index, done, values):
     ]
 
 
-def _shrink_static(static, done, stay, repeat):
-    """Keep sentences `stay` of a static cache (rows: sentences x `repeat`) if any is `done`."""
+def _shrink_static(static, done, stay):
+    """Keep the rows (sentences) `stay` of the static cache, if any sentence is `done`."""
     if not tf.nest.flatten(static):
         return static
 
     def shrink():
-        rows = tf.reshape(stay[:, tf.newaxis] * repeat + tf.range(repeat)[tf.newaxis], [-1])
-        return tf.nest.map_structure(lambda t: tf.gather(t, rows), static)
+        return tf.nest.map_structure(lambda t: tf.gather(t, stay), static)
 
     return tf.cond(tf.reduce_any(done), shrink, lambda: static)
 
@@ -177,7 +178,7 @@ def greedy_search(step_fn, initial_ids, initial_cache, max_lengths, eos_id: int)
         gather = lambda t: tf.gather(t, keep)  # noqa: E731
         index, lengths, sequences, scores = map(gather, (index, lengths, sequences, scores))
         rest = tf.nest.map_structure(gather, rest)
-        static = _shrink_static(static, done, keep, 1)
+        static = _shrink_static(static, done, keep)
         return step + 1, out, index, lengths, sequences, scores, static, rest
 
     def cond(step, out, index, *_):
@@ -220,7 +221,8 @@ def beam_search(
 
     Args:
         initial_ids: (B,) int32 first input ids (bos).
-        initial_cache: the step function's cache for batch B (tiled to B*K here).
+        initial_cache: the step function's cache for batch B (tiled to B*K here, except
+            the "static" entry, which keeps B rows).
         max_lengths: (B,) int32 longest output per sentence, eos included.
         eos_id: end-of-sequence id.
         beam_size: K (paper: 4); a Python int or a scalar int32 tensor (checked by callers).
@@ -239,9 +241,8 @@ def beam_search(
     batch = tf.shape(initial_ids)[0]
     length = tf.maximum(tf.reduce_max(max_lengths), 1)
     has_static = isinstance(initial_cache, dict) and "static" in initial_cache
-    static, rest = _static_and_rest(
-        tf.nest.map_structure(lambda t: tf.repeat(t, k, axis=0), initial_cache)  # (B*K, ...)
-    )
+    static, rest = _static_and_rest(initial_cache)  # static: (B, ...), one row per sentence
+    rest = tf.nest.map_structure(lambda t: tf.repeat(t, k, axis=0), rest)  # (B*K, ...)
     alive_seq = tf.zeros([batch, k, length + 1], tf.int32)
     alive_seq = _write(alive_seq, 0, tf.tile(initial_ids[:, tf.newaxis], [1, k]))
     # only the first beam is live at step 0, so the K beams do not start as copies
@@ -296,7 +297,7 @@ def beam_search(
         # one gather both reorders the beams and drops the settled sentences
         rows = tf.reshape(gather(beam_origin + k * tf.range(live)[:, tf.newaxis]), [-1])
         rest = tf.nest.map_structure(lambda t: tf.gather(t, rows), rest)
-        static = _shrink_static(static, done, stay, k)
+        static = _shrink_static(static, done, stay)
         return (step + 1, out, index, lengths, alive_seq, alive_lp, finished_seq,
                 finished_scores, static, rest)  # fmt: skip
 

@@ -51,12 +51,14 @@ def test_length_penalty_formula():
 
 def second_order_step_fn(table):
     """logits = table[prev, current] + static bias: the cache (prev token) must follow the
-    beams; the per-sentence "static" bias must follow the sentences as they leave the batch."""
+    beams; the per-sentence "static" bias (one row per sentence, shared by its beams) must
+    follow the sentences as they leave the batch."""
     logits = tf.constant(table, tf.float32)
 
     def step_fn(ids, step, cache):
-        prev = cache["decoder"]["prev"]
-        out = tf.gather_nd(logits, tf.stack([prev, ids], axis=1)) + cache["static"]["bias"]
+        prev, bias = cache["decoder"]["prev"], cache["static"]["bias"]
+        bias = tf.repeat(bias, tf.shape(ids)[0] // tf.shape(bias)[0], axis=0)  # per beam
+        out = tf.gather_nd(logits, tf.stack([prev, ids], axis=1)) + bias
         return out, {"decoder": {"prev": ids}, "static": cache["static"]}
 
     return step_fn

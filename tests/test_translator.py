@@ -135,3 +135,19 @@ def test_bad_constructor_options_name_the_option(trained, kwargs, name):
     with pytest.raises(DecodingOptionsError, match=f"^{name} must") as info:
         Translator(*trained, **kwargs)
     assert info.value.option == name
+
+
+def test_decode_step_shares_the_static_cache_between_beams(trained, translator):
+    """A static cache of B rows, each shared by K consecutive ids (beam search), gives the
+    logits of the same cache copied K times."""
+    model, _ = trained
+    source, _, _ = translator._encode_inputs(tf.constant(SENTENCES))
+    cache = model.init_cache(model.encode(source), source, 8)
+    k = 3
+    tiled = tf.nest.map_structure(lambda t: tf.repeat(t, k, axis=0), cache)
+    shared = {"decoder": tiled["decoder"], "static": cache["static"]}
+    ids = tf.constant(np.random.default_rng(0).integers(4, 50, size=(8, len(SENTENCES) * k)))
+    for step in range(8):
+        expected, tiled = model.decode_step(ids[step], step, tiled)
+        got, shared = model.decode_step(ids[step], step, shared)
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)

@@ -107,7 +107,10 @@ class MultiHeadAttention(keras.layers.Layer):
         memory: (B, S, d_model) for cross-attention; None for self-attention.
         attention_mask: bool broadcastable to (B, h, T, S), True where allowed.
         projected_memory: cross-attention only, instead of `memory`: {"k", "v"} from
-            `project_memory(memory)`, computed once per source.
+            `project_memory(memory)`, computed once per source. It may have B / G rows,
+            each shared by G consecutive query rows (the G beams of a sentence), with
+            `attention_mask` of B / G rows too: the queries are grouped per source row
+            instead of the keys and values being copied G times.
         cache: self-attention only, for incremental decoding: {"k": (B, h, t, d_k),
             "v": (B, h, t, d_v)}, the keys and values of the t = `step` positions decoded
             so far (t = 0: an empty cache); `query` is then (B, 1, d_model), this step's key
@@ -232,6 +235,21 @@ class MultiHeadAttention(keras.layers.Layer):
             "v": tf.concat([cache["v"], tf.cast(v, cache["v"].dtype)], axis=2),
         }
 
+    def _grouped(self, q, k, v, attention_mask, training):
+        """Attention of q (B, h, T, d_k) over k, v of R = B / G rows, each shared by G
+        consecutive query rows: (context (B, T, h, d_v), weights (B, h, T, S))."""
+        batch, length = tf.shape(q)[0], tf.shape(q)[2]
+        rows, h = tf.shape(k)[0], self.num_heads
+        group = batch // rows
+        q = tf.reshape(q, [rows, group, h, length, self.d_k])
+        q = tf.reshape(tf.transpose(q, [0, 2, 1, 3, 4]), [rows, h, group * length, self.d_k])
+        context, weights = self.attention(q, k, v, attention_mask, training=training)
+        context = tf.reshape(context, [rows, h, group, length, self.d_v])
+        context = tf.reshape(tf.transpose(context, [0, 2, 3, 1, 4]), [batch, length, h, self.d_v])
+        weights = tf.reshape(weights, [rows, h, group, length, -1])
+        weights = tf.reshape(tf.transpose(weights, [0, 2, 1, 3, 4]), [batch, h, length, -1])
+        return context, weights
+
     def call(
         self,
         query,
@@ -258,8 +276,11 @@ class MultiHeadAttention(keras.layers.Layer):
             kv = projected_memory if projected_memory is not None else self.project_memory(memory)
             k, v = kv["k"], kv["v"]
         k, v = tf.cast(k, q.dtype), tf.cast(v, q.dtype)
-        context, weights = self.attention(q, k, v, attention_mask=attention_mask, training=training)
-        context = tf.transpose(context, [0, 2, 1, 3])  # (B, T, h, d_v)
+        if projected_memory is not None:
+            context, weights = self._grouped(q, k, v, attention_mask, training)
+        else:
+            context, weights = self.attention(q, k, v, attention_mask, training=training)
+            context = tf.transpose(context, [0, 2, 1, 3])  # (B, T, h, d_v)
         outputs = tf.reshape(
             self._dense(context, self.output_kernel, self.output_bias),
             [batch, length, self.d_model],

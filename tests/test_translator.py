@@ -146,7 +146,9 @@ def test_decode_step_shares_the_static_cache_between_beams(trained, translator):
     k = 3
     tiled = tf.nest.map_structure(lambda t: tf.repeat(t, k, axis=0), cache)
     shared = {"decoder": tiled["decoder"], "static": cache["static"]}
-    ids = tf.constant(np.random.default_rng(0).integers(4, 50, size=(8, len(SENTENCES) * k)))
+    ids = tf.constant(
+        np.random.default_rng(0).integers(4, 50, size=(8, len(SENTENCES) * k)), tf.int32
+    )
     for step in range(8):
         expected, tiled = model.decode_step(ids[step], step, tiled)
         got, shared = model.decode_step(ids[step], step, shared)

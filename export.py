@@ -1,6 +1,11 @@
 """Export a training run as a SavedModel for TensorFlow Serving.
 
 python export.py --model-dir runs/en-de --export-dir exports --model-name transformer
+
+Averages the last 5 checkpoints by default (the paper's practice; `--average-last 1` turns
+it off), adds or replaces this model's entry in <export-dir>/models.config (other models'
+entries are kept) and prints what it wrote: paths, signatures with their inputs and
+outputs, size on disk.
 """
 
 from __future__ import annotations
@@ -10,6 +15,10 @@ import os
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+# the library's defaults (keras_transformer.decoding, keras_transformer.serving), repeated
+# here only so that --help answers without importing TensorFlow; a test keeps them equal
+BEAM_SIZE, ALPHA, MAX_EXTRA_LENGTH, AVERAGE_LAST = 4, 0.6, 50, 5
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -24,13 +33,19 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     parser.add_argument("--model-name", default="transformer")
     parser.add_argument("--version", type=int, default=None, help="default: the next free version")
-    parser.add_argument("--beam-size", type=int, default=4)
-    parser.add_argument("--alpha", type=float, default=0.6, help="length penalty exponent")
+    parser.add_argument("--beam-size", type=int, default=BEAM_SIZE)
+    parser.add_argument("--alpha", type=float, default=ALPHA, help="length penalty exponent")
     parser.add_argument(
-        "--max-extra-length", type=int, default=50, help="output may exceed input by this"
+        "--max-extra-length",
+        type=int,
+        default=MAX_EXTRA_LENGTH,
+        help="output may exceed input by this",
     )
     parser.add_argument(
-        "--average-last", type=int, default=1, help="average the last K checkpoints"
+        "--average-last",
+        type=int,
+        default=AVERAGE_LAST,
+        help="average the last K checkpoints (default 5; 1: the last one only)",
     )
     parser.add_argument(
         "--best", action="store_true", help="export the best-BLEU checkpoint instead"
@@ -40,10 +55,17 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from keras_transformer.run_dir import RunDirError
-    from keras_transformer.serving import ExportError, export_run
+    from keras_transformer.errors import KerasTransformerError
+    from keras_transformer.serving import describe_export, export_run
+    from keras_transformer.translate import flag_error
+    from keras_transformer.translator import check_options
 
     try:
+        check_options(args.beam_size, args.alpha, args.max_extra_length)
+        if args.version is not None and args.version < 1:
+            raise KerasTransformerError(f"--version must be >= 1, got {args.version}")
+        if args.average_last < 1:
+            raise KerasTransformerError(f"--average-last must be >= 1, got {args.average_last}")
         path = export_run(
             args.model_dir,
             args.export_dir,
@@ -55,10 +77,10 @@ def main(argv=None) -> int:
             average_last=args.average_last,
             use_best=args.best,
         )
-    except (RunDirError, ExportError, ValueError) as err:
-        print(f"export.py: error: {err}", file=sys.stderr)
-        return 2
-    print(path)
+    except KerasTransformerError as err:
+        return flag_error("export.py", err)
+    print(describe_export(path))
+    print(f"  {os.path.join(args.export_dir, 'models.config')} (model {args.model_name!r})")
     return 0
 
 

@@ -1,14 +1,18 @@
-"""Decoding throughput, workload W3 of DESIGN.md section 7.
+"""Decoding throughput, workload W3 of DESIGN.md section 7, with a CTranslate2 reference.
 
-    python benchmarks/bench_decode.py
+    python benchmarks/bench_decode.py            # pip install -e ".[bench]" for CTranslate2
 
 Small preset (vocab 8000) with random weights (fixed seed), 64 source sentences of 20
-tokens, beam 4, exactly 30 decoding steps (eos is suppressed before the last step, where
-it is forced). Three decoders in the same run, each through one `tf.function`:
+tokens, exactly 30 decoding steps (eos is suppressed before the last step, where it is
+forced). Decoders, one after the other in the same run:
   - uncached: every step re-runs the whole model on the prefix (the TF tutorial's way);
-  - cached (Python): `beam_search` over `Transformer.decode_step` with the fixed-size cache;
-  - cached (SavedModel): the same function exported with ExportArchive and reloaded.
-Prints JSON: sentences/s (median of --repeats runs) and the speed-up over uncached.
+  - cached (Python): `beam_search` over `Transformer.decode_step` in one `tf.function`;
+  - cached (SavedModel): the same function exported with ExportArchive and reloaded, at
+    beam 4 and at beam 1 (greedy), the beam size being an input of the exported function;
+  - CTranslate2 float32 (and int8), beam 4 and greedy: a post-norm Transformer of the same
+    dimensions built through `ctranslate2.specs` with random weights, the same source token
+    count, `min_decoding_length = max_decoding_length = 30`, `intra_threads` = CPU cores.
+Prints JSON: sentences/s (median of --repeats runs), ratios, peak RSS.
 """
 
 from __future__ import annotations
@@ -25,17 +29,109 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 BATCH, SRC_LEN, STEPS, BEAM, VOCAB = 64, 20, 30, 4, 8000
 
 
+def build_ctranslate2(out_dir: str, cfg, seed: int = 0) -> None:
+    """A CTranslate2 post-norm Transformer with `cfg`'s dimensions and random weights."""
+    import numpy as np
+    from ctranslate2.specs import transformer_spec
+
+    d, rng = cfg.d_model, np.random.default_rng(seed)
+    spec = transformer_spec.TransformerSpec.from_config(
+        cfg.num_layers, cfg.num_heads, pre_norm=cfg.norm_first
+    )
+
+    def linear(layer, out_dim, in_dim):
+        scale = np.sqrt(2.0 / (out_dim + in_dim))
+        layer.weight = (rng.standard_normal((out_dim, in_dim)) * scale).astype(np.float32)
+        layer.bias = np.zeros(out_dim, np.float32)
+
+    def norm(layer):
+        layer.gamma, layer.beta = np.ones(d, np.float32), np.zeros(d, np.float32)
+
+    embedding = (rng.standard_normal((cfg.vocab_size, d)) * d**-0.5).astype(np.float32)
+    spec.encoder.embeddings[0].weight = embedding  # tied, as ours
+    spec.decoder.embeddings.weight = embedding
+    spec.decoder.projection.weight = embedding
+    spec.decoder.projection.bias = np.zeros(cfg.vocab_size, np.float32)
+    for layer in spec.encoder.layer + spec.decoder.layer:
+        norm(layer.self_attention.layer_norm)
+        linear(layer.self_attention.linear[0], 3 * d, d)  # fused Q, K, V
+        linear(layer.self_attention.linear[1], d, d)
+        if hasattr(layer, "attention"):
+            norm(layer.attention.layer_norm)
+            linear(layer.attention.linear[0], d, d)
+            linear(layer.attention.linear[1], 2 * d, d)  # fused K, V of the memory
+            linear(layer.attention.linear[2], d, d)
+        norm(layer.ffn.layer_norm)
+        linear(layer.ffn.linear_0, cfg.d_ff, d)
+        linear(layer.ffn.linear_1, d, cfg.d_ff)
+    if cfg.norm_first:
+        norm(spec.encoder.layer_norm)
+        norm(spec.decoder.layer_norm)
+    tokens = ["<blank>", "<unk>", "<s>", "</s>"] + [f"t{i}" for i in range(4, cfg.vocab_size)]
+    spec.register_source_vocabulary(tokens)
+    spec.register_target_vocabulary(tokens)
+    spec.validate()
+    spec.optimize(quantization="float32")
+    spec.save(out_dir)
+
+
+def ctranslate2_timings(cfg, source, repeats: int, timed) -> dict:
+    """sentences/s of CTranslate2 float32 and int8, beam 4 and greedy, on the same source."""
+    try:
+        import ctranslate2
+    except ImportError:
+        return {"ctranslate2": "not installed (pip install -e '.[bench]')"}
+    tokens = [[f"t{i}" for i in row] for row in source.numpy()]
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        build_ctranslate2(tmp, cfg)
+        for compute_type in ("float32", "int8"):
+            translator = ctranslate2.Translator(
+                tmp,
+                device="cpu",
+                compute_type=compute_type,
+                inter_threads=1,
+                intra_threads=os.cpu_count(),
+            )
+            for name, beam in (("beam4", BEAM), ("greedy", 1)):
+
+                def run(_, beam=beam, translator=translator):
+                    out = translator.translate_batch(
+                        tokens,
+                        beam_size=beam,
+                        length_penalty=0.6,
+                        max_batch_size=BATCH,
+                        min_decoding_length=STEPS,
+                        max_decoding_length=STEPS,
+                    )
+                    assert all(len(r.hypotheses[0]) == STEPS for r in out), "not 30 steps"
+                    return out
+
+                results[f"ctranslate2_{compute_type}_{name}"] = timed(run, repeats, numpy=False)
+            del translator
+    results["ctranslate2_version"] = ctranslate2.__version__
+    return results
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--uncached-repeats", type=int, default=2)
+    parser.add_argument("--uncached-repeats", type=int, default=2, help="0 skips it")
+    parser.add_argument("--no-python", action="store_true", help="skip the Python decoder")
+    parser.add_argument("--no-ctranslate2", action="store_true", help="skip the reference")
+    parser.add_argument("--intra-op", type=int, default=0, help="TF intra-op threads (0: TF's)")
+    parser.add_argument("--inter-op", type=int, default=0, help="TF inter-op threads (0: TF's)")
     args = parser.parse_args(argv)
 
     import keras
     import numpy as np
     import tensorflow as tf
+
+    # what TF Serving's --tensorflow_intra_op_parallelism / _inter_op_ set for a model
+    tf.config.threading.set_intra_op_parallelism_threads(args.intra_op)
+    tf.config.threading.set_inter_op_parallelism_threads(args.inter_op)
 
     import keras_transformer as kt
     from keras_transformer.decoding import NEG_INF, beam_search
@@ -62,7 +158,7 @@ def main(argv=None) -> None:
     max_lengths = tf.fill([BATCH], STEPS)
     bos = tf.fill([BATCH], 2)
 
-    def cached(src):
+    def cached(src, beam=BEAM):
         memory = model.encode(src)
         cache = model.init_cache(memory, src, STEPS)
         ids, scores = beam_search(
@@ -71,7 +167,7 @@ def main(argv=None) -> None:
             cache,
             tf.fill([tf.shape(src)[0]], STEPS),
             eos,
-            beam_size=BEAM,
+            beam_size=beam,
             alpha=0.6,
         )
         return ids, scores
@@ -81,7 +177,8 @@ def main(argv=None) -> None:
             prefix = tf.where(
                 tf.range(STEPS + 1) == step, ids[:, tf.newaxis], cache["decoder"]["prefix"]
             )
-            logits = model((cache["static"]["src"], prefix[:, : step + 1]), training=False)[:, -1]
+            src = tf.repeat(cache["static"]["src"], BEAM, axis=0)  # static: one row per sentence
+            logits = model((src, prefix[:, : step + 1]), training=False)[:, -1]
             return logits, {"decoder": {"prefix": prefix}, "static": cache["static"]}
 
         cache = {
@@ -93,13 +190,13 @@ def main(argv=None) -> None:
         )
 
     spec = tf.TensorSpec([None, SRC_LEN], tf.int32)
-    cached_fn = tf.function(cached, input_signature=[spec])
-    uncached_fn = tf.function(uncached, input_signature=[spec])
+    beam_spec = tf.TensorSpec([], tf.int32)
 
-    def timed(fn, repeats):
+    def timed(fn, repeats, numpy=True):
         def once():
             out = fn(source)
-            return (out[0] if isinstance(out, tuple) else out["ids"]).numpy()
+            if numpy:
+                (out[0] if isinstance(out, tuple) else out["ids"]).numpy()
 
         once()  # trace and warm up
         runs = []
@@ -110,20 +207,31 @@ def main(argv=None) -> None:
         return float(np.median(runs))
 
     results = {}
-    results["uncached"] = timed(uncached_fn, args.uncached_repeats)
-    results["cached_python"] = timed(cached_fn, args.repeats)
+    if args.uncached_repeats:
+        results["uncached"] = timed(
+            tf.function(uncached, input_signature=[spec]), args.uncached_repeats
+        )
+    if not args.no_python:
+        results["cached_python"] = timed(tf.function(cached, input_signature=[spec]), args.repeats)
 
     with tempfile.TemporaryDirectory() as tmp:
         archive = keras.export.ExportArchive()
         archive.track(model)
         archive.add_endpoint(
-            "decode", lambda src: dict(zip(("ids", "scores"), cached(src))), input_signature=[spec]
+            "decode",
+            lambda src, beam: dict(zip(("ids", "scores"), cached(src, beam))),
+            input_signature=[spec, beam_spec],
         )
         archive.write_out(tmp, verbose=False)
         loaded = tf.saved_model.load(tmp)
-        results["cached_savedmodel"] = timed(lambda s: loaded.decode(s), args.repeats)
-        ids = loaded.decode(source)["ids"].numpy()
+        for name, beam in (("beam4", BEAM), ("greedy", 1)):
+            results[f"savedmodel_{name}"] = timed(
+                lambda s, beam=beam: loaded.decode(s, tf.constant(beam)), args.repeats
+            )
+        ids = loaded.decode(source, tf.constant(BEAM))["ids"].numpy()
     assert ids.shape[-1] == STEPS and np.all(ids[:, :, STEPS - 1] == eos), "not exactly 30 steps"
+    rss_ours = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    reference = {} if args.no_ctranslate2 else ctranslate2_timings(cfg, source, args.repeats, timed)
 
     report = {
         "workload": "W3",
@@ -132,16 +240,26 @@ def main(argv=None) -> None:
         "source_tokens": SRC_LEN,
         "steps": STEPS,
         "beam": BEAM,
+        "threads": {"intra_op": args.intra_op, "inter_op": args.inter_op},
+        "TF_ENABLE_ONEDNN_OPTS": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "unset"),
         **{
             f"{name}_sentences_per_s": round(BATCH / seconds, 1)
-            for name, seconds in results.items()
+            for name, seconds in {**results, **reference}.items()
+            if isinstance(seconds, float)
         },
-        "speedup_savedmodel_vs_uncached": round(
-            results["uncached"] / results["cached_savedmodel"], 2
-        ),
-        "speedup_python_vs_uncached": round(results["uncached"] / results["cached_python"], 2),
-        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        **{k: v for k, v in reference.items() if isinstance(v, str)},
     }
+    if "ctranslate2_float32_beam4" in reference:
+        for name in ("beam4", "greedy"):
+            report[f"savedmodel_vs_ctranslate2_float32_{name}"] = round(
+                reference[f"ctranslate2_float32_{name}"] / results[f"savedmodel_{name}"], 2
+            )
+    if "uncached" in results:
+        report["speedup_savedmodel_vs_uncached"] = round(
+            results["uncached"] / results["savedmodel_beam4"], 2
+        )
+    report["peak_rss_mb_before_ctranslate2"] = round(rss_ours, 1)
+    report["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     print(json.dumps(report, indent=2))
 
 

@@ -4,12 +4,16 @@ The search knows the model only through
 
     step_fn(ids_t (N,) int32, step scalar int32, cache) -> (logits (N, V), cache)
 
-where N is batch (greedy) or batch * beam (beam search), and `cache` is a nested structure
-of tensors whose first axis is N. Beam search reorders the cache with one gather per step,
-except a top-level "static" entry (e.g. cross-attention keys and values), which is the same
-for every beam of a sentence and is never reordered.
+where N is the number of live rows: live sentences (greedy) or live sentences x beam (beam
+search), and `cache` is a nested structure of tensors whose first axis is N. Beam search
+reorders the cache with one gather per step, except a top-level "static" entry (e.g.
+cross-attention keys and values), which is the same for every beam of a sentence: it keeps
+one row per live sentence (N / K rows, each shared by K consecutive ids) and is never
+reordered or copied per beam. A sentence whose result is settled leaves the batch (all its
+rows, "static" included), so the steps that follow run on the sentences still being decoded
+only.
 
-Shapes: B batch, K beam size, L maximum decode length, V vocabulary.
+Shapes: B batch, b live sentences, K beam size, L maximum decode length, V vocabulary.
 """
 
 from __future__ import annotations
@@ -18,20 +22,69 @@ import tensorflow as tf
 
 NEG_INF = -1.0e9  # finite: float32 log-probabilities only, never float16
 
+# The paper's decoding settings (section 6.1), the defaults of every entry point.
+BEAM_SIZE = 4
+ALPHA = 0.6
+MAX_EXTRA_LENGTH = 50
 
-def length_penalty(length, alpha: float):
+
+def length_penalty(length, alpha):
     """GNMT length penalty ((5 + length) / 6) ** alpha (Wu et al., 2016)."""
-    return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, alpha)
+    return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, tf.cast(alpha, tf.float32))
 
 
-def _log_probs(logits, step, max_lengths, eos_id, repeat):
-    """float32 log-softmax; where step + 1 reaches a sentence's max length only eos is allowed."""
-    log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)
-    must_end = tf.repeat(step + 1 >= max_lengths, repeat)  # (N,)
-    vocab = tf.shape(log_probs)[-1]
-    only_eos = tf.equal(tf.range(vocab), eos_id)[tf.newaxis, :]
-    allowed = tf.logical_or(tf.logical_not(must_end)[:, tf.newaxis], only_eos)
-    return tf.where(allowed, log_probs, NEG_INF)
+TOP_K_BLOCK = 64  # vocabulary block of the two-stage top-k
+
+
+def _row_top_k(logits, count):
+    """Exact top `count` of every row of (N, V) float32 logits, in two small stages:
+    (values (N, count), ids (N, count) int32, row max (N, 1)).
+
+    The row is cut into blocks of TOP_K_BLOCK; every one of the `count` largest entries lies
+    in one of the `count` blocks with the largest maxima (a block ranked lower has `count`
+    larger entries elsewhere), so one max-reduction over the row and two top-k's over
+    (N, V / 64) and (N, count x 64) replace a top-k over (N, V), the slowest op of a step.
+    """
+    vocab = logits.shape[-1]
+    if vocab is None or vocab < 4 * TOP_K_BLOCK:
+        values, ids = tf.math.top_k(logits, k=count)
+        return values, ids, tf.reduce_max(logits, axis=-1, keepdims=True)
+    blocks = -(-vocab // TOP_K_BLOCK)
+    if blocks * TOP_K_BLOCK != vocab:
+        logits = tf.pad(
+            logits, [[0, 0], [0, blocks * TOP_K_BLOCK - vocab]], constant_values=-float("inf")
+        )
+    rows = tf.shape(logits)[0]
+    x = tf.reshape(logits, [rows, blocks, TOP_K_BLOCK])
+    block_max = tf.reduce_max(x, axis=-1)  # (N, blocks)
+    _, top_blocks = tf.math.top_k(block_max, k=tf.minimum(count, blocks))
+    candidates = tf.reshape(tf.gather(x, top_blocks, batch_dims=1), [rows, -1])
+    values, position = tf.math.top_k(candidates, k=count)
+    block = tf.gather(top_blocks, position // TOP_K_BLOCK, batch_dims=1)
+    ids = block * TOP_K_BLOCK + position % TOP_K_BLOCK
+    return values, ids, tf.reduce_max(block_max, axis=-1, keepdims=True)
+
+
+def _top_log_probs(logits, step, max_lengths, eos_id, count, repeat):
+    """The `count` most probable next tokens of every row: (log-probs (N, count) float32,
+    ids (N, count) int32), best first.
+
+    Where step + 1 reaches the sentence's max length only eos is allowed: its log-prob comes
+    first, the other entries are NEG_INF. Log-probabilities are logits - logsumexp(logits)
+    in float32; only the top `count` of each row are ever formed (the full (N, V) log-softmax
+    and masking would be four more passes over the largest tensor of the step).
+    """
+    logits = tf.cast(logits, tf.float32)
+    top_logits, top_ids, row_max = _row_top_k(logits, count)
+    normalizer = row_max + tf.math.log(
+        tf.reduce_sum(tf.exp(logits - row_max), axis=-1, keepdims=True)
+    )  # logsumexp (N, 1), reusing the row max
+    top_lp = top_logits - normalizer
+    eos_lp = logits[:, eos_id : eos_id + 1] - normalizer  # (N, 1)
+    first = tf.equal(tf.range(count), 0)[tf.newaxis, :]
+    forced_lp = tf.where(first, eos_lp, NEG_INF)
+    must_end = tf.repeat(step + 1 >= max_lengths, repeat)[:, tf.newaxis]  # (N, 1)
+    return tf.where(must_end, forced_lp, top_lp), tf.where(must_end, eos_id, top_ids)
 
 
 def _write(sequences, position, values):
@@ -40,25 +93,60 @@ def _write(sequences, position, values):
     return tf.where(slot, values[..., tf.newaxis], sequences)
 
 
-def _keep_shapes(new, old):
-    """Give loop outputs the static shapes of the loop inputs (tf.while_loop needs them equal)."""
+def _free_batch(state):
+    """Shape invariants: any axis but the last of the step function's cache (the last entry
+    of `state`) may change in the loop (live sentences leave; a self-attention cache may grow
+    one position per step); the search's own tensors keep only their rank."""
+    *fixed, cache = state
+    fixed = tf.nest.map_structure(lambda t: tf.TensorShape([None] * t.shape.rank), fixed)
+    cache = tf.nest.map_structure(
+        lambda t: tf.TensorShape([None] * max(t.shape.rank - 1, 1)).concatenate(
+            t.shape[-1:] if t.shape.rank > 1 else []
+        ),
+        cache,
+    )
+    return (*fixed, cache)
 
-    def keep(n, o):
-        n.set_shape(o.shape)
-        return n
 
-    return tf.nest.map_structure(keep, new, old)
-
-
-def _map_cache(fn, cache):
-    """Apply fn to every tensor of the cache except those under a top-level "static" key."""
+def _static_and_rest(cache):
+    """(the top-level "static" entry or {}, the rest of the cache)."""
     if isinstance(cache, dict) and "static" in cache:
-        return {k: (v if k == "static" else tf.nest.map_structure(fn, v)) for k, v in cache.items()}
-    return tf.nest.map_structure(fn, cache)
+        return cache["static"], {k: v for k, v in cache.items() if k != "static"}
+    return {}, cache
+
+
+def _join(static, rest, has_static):
+    return {**rest, "static": static} if has_static else rest
+
+
+def _rows(mask):
+    """int32 positions where the (b,) bool `mask` is True."""
+    return tf.cast(tf.where(mask)[:, 0], tf.int32)
+
+
+def _settle(out, index, done, values):
+    """Write the rows of `values` where `done` into `out` at their batch positions `index`."""
+    rows = _rows(done)
+    positions = tf.gather(index, rows)[:, tf.newaxis]
+    return [
+        tf.tensor_scatter_nd_update(o, positions, tf.gather(v, rows))
+        for o, v in zip(out, values, strict=True)
+    ]
+
+
+def _shrink_static(static, done, stay):
+    """Keep the rows (sentences) `stay` of the static cache, if any sentence is `done`."""
+    if not tf.nest.flatten(static):
+        return static
+
+    def shrink():
+        return tf.nest.map_structure(lambda t: tf.gather(t, stay), static)
+
+    return tf.cond(tf.reduce_any(done), shrink, lambda: static)
 
 
 def greedy_search(step_fn, initial_ids, initial_cache, max_lengths, eos_id: int):
-    """Most probable token at every step.
+    """Most probable token at every step; a sentence leaves the batch at its eos.
 
     Args:
         initial_ids: (B,) int32 first input ids (bos).
@@ -74,28 +162,41 @@ def greedy_search(step_fn, initial_ids, initial_cache, max_lengths, eos_id: int)
     batch = tf.shape(initial_ids)[0]
     length = tf.maximum(tf.reduce_max(max_lengths), 1)  # an empty batch still has shapes
     sequences = _write(tf.zeros([batch, length + 1], tf.int32), 0, initial_ids)
+    out = [tf.zeros_like(sequences), tf.zeros([batch])]
+    has_static = isinstance(initial_cache, dict) and "static" in initial_cache
+    static, rest = _static_and_rest(initial_cache)
 
-    def body(step, sequences, scores, finished, cache):
-        inputs = (sequences, scores, finished, cache)
-        logits, cache = step_fn(sequences[:, step], step, cache)
-        log_probs = _log_probs(logits, step, max_lengths, eos_id, 1)
-        token = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
-        token_lp = tf.reduce_max(log_probs, axis=-1)
-        token = tf.where(finished, 0, token)
-        scores += tf.where(finished, 0.0, token_lp)
+    def body(step, out, index, lengths, sequences, scores, static, rest):
+        logits, cache = step_fn(sequences[:, step], step, _join(static, rest, has_static))
+        static, rest = _static_and_rest(cache)
+        token_lp, token = _top_log_probs(logits, step, lengths, eos_id, 1, 1)
+        token, scores = token[:, 0], scores + token_lp[:, 0]
         sequences = _write(sequences, step + 1, token)
-        finished = tf.logical_or(finished, tf.equal(token, eos_id))
-        return (step + 1, *_keep_shapes((sequences, scores, finished, cache), inputs))
+        done = tf.equal(token, eos_id)
+        out = _settle(out, index, done, [sequences, scores])
+        keep = _rows(tf.logical_not(done))
+        gather = lambda t: tf.gather(t, keep)  # noqa: E731
+        index, lengths, sequences, scores = map(gather, (index, lengths, sequences, scores))
+        rest = tf.nest.map_structure(gather, rest)
+        static = _shrink_static(static, done, keep)
+        return step + 1, out, index, lengths, sequences, scores, static, rest
 
-    def cond(step, sequences, scores, finished, cache):
-        return tf.logical_and(step < length, tf.logical_not(tf.reduce_all(finished)))
+    def cond(step, out, index, *_):
+        return tf.logical_and(step < length, tf.size(index) > 0)
 
-    _, sequences, scores, _, _ = tf.while_loop(
+    state = (tf.range(batch), max_lengths, sequences, tf.zeros([batch]), static, rest)
+    _, out, index, _, sequences, scores, *_ = tf.while_loop(
         cond,
         body,
-        (tf.constant(0), sequences, tf.zeros([batch]), tf.zeros([batch], tf.bool), initial_cache),
+        (tf.constant(0), out, *state),
+        shape_invariants=(tf.TensorShape([]), _nest_shapes(out), *_free_batch(state)),
     )
-    return sequences[:, 1:], scores
+    out = _settle(out, index, tf.ones_like(index, tf.bool), [sequences, scores])
+    return out[0][:, 1:], out[1]
+
+
+def _nest_shapes(structure):
+    return tf.nest.map_structure(lambda t: t.shape, structure)
 
 
 def beam_search(
@@ -105,57 +206,63 @@ def beam_search(
     max_lengths,
     eos_id: int,
     *,
-    beam_size: int = 4,
-    alpha: float = 0.6,
+    beam_size=BEAM_SIZE,
+    alpha=ALPHA,
 ):
     """Beam search with GNMT length normalization and early stopping.
 
     Alive and finished hypotheses are kept apart. At every step the 2K best extensions of
     the alive beams are ranked; those ending in eos within the top K join the finished pool
-    (scored log p / length_penalty), the K best others stay alive. The search stops when no
-    alive hypothesis can still beat the worst finished one (log-probabilities only fall, and
-    the penalty is largest at the maximum length), or at the maximum length, where eos is
-    forced. With beam_size 1 and alpha 0 this is greedy search.
+    (scored log p / length_penalty), the K best others stay alive. A sentence is settled,
+    and leaves the batch, when none of its alive hypotheses can still beat its worst
+    finished one (log-probabilities only fall, and the penalty is largest at the maximum
+    length), or at its maximum length, where eos is forced. With beam_size 1 and alpha 0
+    this is greedy search.
 
     Args:
         initial_ids: (B,) int32 first input ids (bos).
-        initial_cache: the step function's cache for batch B (tiled to B*K here).
+        initial_cache: the step function's cache for batch B (tiled to B*K here, except
+            the "static" entry, which keeps B rows).
         max_lengths: (B,) int32 longest output per sentence, eos included.
         eos_id: end-of-sequence id.
-        beam_size: K (paper: 4).
-        alpha: length-penalty exponent (paper: 0.6).
+        beam_size: K (paper: 4); a Python int or a scalar int32 tensor (checked by callers).
+        alpha: length-penalty exponent (paper: 0.6), >= 0; a float or a scalar tensor.
 
     Returns:
         (sequences (B, K, L) int32 best first, without bos, eos included, 0 after;
          scores (B, K) float32 length-normalized log-probabilities, best first).
     """
-    k = beam_size
-    if k < 1:
+    if isinstance(beam_size, int) and beam_size < 1:
         raise ValueError(f"beam_size must be >= 1, got {beam_size}")
+    k = tf.convert_to_tensor(beam_size, tf.int32)
+    alpha = tf.convert_to_tensor(alpha, tf.float32)
     initial_ids = tf.convert_to_tensor(initial_ids, tf.int32)
     max_lengths = tf.convert_to_tensor(max_lengths, tf.int32)
     batch = tf.shape(initial_ids)[0]
     length = tf.maximum(tf.reduce_max(max_lengths), 1)
-    cache = tf.nest.map_structure(lambda t: tf.repeat(t, k, axis=0), initial_cache)  # (B*K, ...)
+    has_static = isinstance(initial_cache, dict) and "static" in initial_cache
+    static, rest = _static_and_rest(initial_cache)  # static: (B, ...), one row per sentence
+    rest = tf.nest.map_structure(lambda t: tf.repeat(t, k, axis=0), rest)  # (B*K, ...)
     alive_seq = tf.zeros([batch, k, length + 1], tf.int32)
     alive_seq = _write(alive_seq, 0, tf.tile(initial_ids[:, tf.newaxis], [1, k]))
     # only the first beam is live at step 0, so the K beams do not start as copies
     alive_lp = tf.tile(tf.concat([[0.0], tf.fill([k - 1], NEG_INF)], 0)[tf.newaxis], [batch, 1])
     finished_seq = tf.zeros_like(alive_seq)
     finished_scores = tf.fill([batch, k], NEG_INF)
-    max_penalty = length_penalty(max_lengths, alpha)  # (B,)
+    out = [finished_seq, finished_scores]
 
-    def body(step, alive_seq, alive_lp, finished_seq, finished_scores, cache):
-        inputs = (alive_seq, alive_lp, finished_seq, finished_scores, cache)
-        logits, cache = step_fn(tf.reshape(alive_seq[:, :, step], [-1]), step, cache)
-        log_probs = _log_probs(logits, step, max_lengths, eos_id, k)
-        vocab = tf.shape(log_probs)[-1]
-        candidates = tf.reshape(
-            alive_lp[:, :, tf.newaxis] + tf.reshape(log_probs, [batch, k, vocab]), [batch, -1]
-        )
-        top_lp, top_index = tf.math.top_k(candidates, k=2 * k)  # (B, 2K)
-        origin = top_index // vocab
-        token = top_index % vocab
+    def body(step, out, index, lengths, alive_seq, alive_lp, finished_seq, finished_scores, *c):
+        live = tf.shape(index)[0]
+        ids = tf.reshape(alive_seq[:, :, step], [-1])
+        logits, cache = step_fn(ids, step, _join(*c, has_static))
+        static, rest = _static_and_rest(cache)
+        # the 2K best of the K x V extensions are among the 2K best of each beam's V
+        per_beam = tf.minimum(2 * k, tf.shape(logits)[-1])
+        row_lp, row_ids = _top_log_probs(logits, step, lengths, eos_id, per_beam, k)
+        candidates = alive_lp[:, :, tf.newaxis] + tf.reshape(row_lp, [live, k, per_beam])
+        top_lp, top_index = tf.math.top_k(tf.reshape(candidates, [live, -1]), k=2 * k)  # (b, 2K)
+        origin = top_index // per_beam
+        token = tf.gather(tf.reshape(row_ids, [live, -1]), top_index, batch_dims=1)
         top_seq = _write(tf.gather(alive_seq, origin, batch_dims=1), step + 1, token)
         is_eos = tf.equal(token, eos_id)
         dead = top_lp <= NEG_INF / 2  # extensions of beams that were never alive
@@ -170,24 +277,42 @@ def beam_search(
         finished_seq = tf.gather(pool_seq, keep, batch_dims=1)
 
         # alive: the K best extensions that did not end
-        alive_candidates = tf.where(is_eos, NEG_INF, top_lp)
-        alive_lp, keep = tf.math.top_k(alive_candidates, k=k)
+        alive_lp, keep = tf.math.top_k(tf.where(is_eos, NEG_INF, top_lp), k=k)
         alive_seq = tf.gather(top_seq, keep, batch_dims=1)
-        beam_origin = tf.gather(origin, keep, batch_dims=1)
-        flat_index = tf.reshape(beam_origin + k * tf.range(batch)[:, tf.newaxis], [-1])
-        cache = _map_cache(lambda t: tf.gather(t, flat_index), cache)
-        outputs = (alive_seq, alive_lp, finished_seq, finished_scores, cache)
-        return (step + 1, *_keep_shapes(outputs, inputs))
+        beam_origin = tf.gather(origin, keep, batch_dims=1)  # (b, K)
 
-    def cond(step, alive_seq, alive_lp, finished_seq, finished_scores, cache):
-        # upper bound of any alive hypothesis's final score: log-probs only fall, and the
-        # penalty is largest at the maximum length
-        best_alive = alive_lp[:, 0] / max_penalty
-        worst_finished = finished_scores[:, -1]
-        can_improve = tf.logical_and(alive_lp[:, 0] > NEG_INF / 2, best_alive >= worst_finished)
-        return tf.logical_and(step < length, tf.reduce_any(can_improve))
+        # settled: no alive hypothesis can beat the worst finished one (an upper bound of
+        # its final score: log-probs only fall, the penalty is largest at the max length)
+        best_alive = alive_lp[:, 0] / length_penalty(lengths, alpha)
+        can_improve = tf.logical_and(
+            alive_lp[:, 0] > NEG_INF / 2, best_alive >= finished_scores[:, -1]
+        )
+        done = tf.logical_not(can_improve)
+        out = _settle(out, index, done, [finished_seq, finished_scores])
+        stay = _rows(can_improve)
+        gather = lambda t: tf.gather(t, stay)  # noqa: E731
+        index, lengths, alive_seq, alive_lp, finished_seq, finished_scores = map(
+            gather, (index, lengths, alive_seq, alive_lp, finished_seq, finished_scores)
+        )
+        # one gather both reorders the beams and drops the settled sentences
+        rows = tf.reshape(gather(beam_origin + k * tf.range(live)[:, tf.newaxis]), [-1])
+        rest = tf.nest.map_structure(lambda t: tf.gather(t, rows), rest)
+        static = _shrink_static(static, done, stay)
+        return (step + 1, out, index, lengths, alive_seq, alive_lp, finished_seq,
+                finished_scores, static, rest)  # fmt: skip
 
-    _, alive_seq, alive_lp, finished_seq, finished_scores, _ = tf.while_loop(
-        cond, body, (tf.constant(0), alive_seq, alive_lp, finished_seq, finished_scores, cache)
+    def cond(step, out, index, *_):
+        return tf.logical_and(step < length, tf.size(index) > 0)
+
+    state = (tf.range(batch), max_lengths, alive_seq, alive_lp, finished_seq, finished_scores)
+    state += (static, rest)
+    result = tf.while_loop(
+        cond,
+        body,
+        (tf.constant(0), out, *state),
+        shape_invariants=(tf.TensorShape([]), _nest_shapes(out), *_free_batch(state)),
     )
-    return finished_seq[:, :, 1:], finished_scores
+    out, index = result[1], result[2]
+    # every sentence settles by its maximum length; this only guards the loop's last step
+    out = _settle(out, index, tf.ones_like(index, tf.bool), list(result[6:8]))
+    return out[0][:, :, 1:], out[1]

@@ -1,12 +1,15 @@
 """Score an exported model on a test set with sacreBLEU; prints JSON.
 
 python -m keras_transformer.evaluate --model EXPORT/transformer/1 --src F --ref F
+
+`seconds` is the translation time (the export is loaded before the clock starts);
+`target_tokens_per_s` counts the export's own SentencePiece pieces of the translations,
+eos included.
 """
 
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import os
 import sys
@@ -15,46 +18,54 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
-def read_lines(path: str) -> list[str]:
-    opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8", errors="replace") as handle:
-        return [line.rstrip("\n") for line in handle]
+def target_tokens(model_path: str, texts: list[str]) -> int | None:
+    """SentencePiece pieces of `texts` (plus one eos each) with the export's spm.model."""
+    path = os.path.join(model_path, "assets", "spm.model")
+    if not os.path.isfile(path):
+        return None
+    import sentencepiece
+
+    processor = sentencepiece.SentencePieceProcessor(model_file=path)
+    return sum(len(ids) + 1 for ids in processor.encode(texts))
 
 
 def main(argv=None) -> int:
+    from keras_transformer.translate import add_decoding_flags, decoder, flag_error
+
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--model", required=True, help="an export version directory")
+    add_decoding_flags(parser)
     parser.add_argument("--src", required=True, help="source sentences (plain or .gz)")
     parser.add_argument("--ref", required=True, help="reference translations (plain or .gz)")
-    parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--output", help="also write the translations here")
     args = parser.parse_args(argv)
 
-    from keras_transformer.evaluation import score
-    from keras_transformer.translate import load_signature, translate_lines
+    from keras_transformer.errors import KerasTransformerError
+    from keras_transformer.evaluation import EvaluationError, read_lines, score, translate_all
 
     try:
         sources, references = read_lines(args.src), read_lines(args.ref)
         if len(sources) != len(references):
-            raise ValueError(
+            raise EvaluationError(
                 f"{args.src} has {len(sources)} lines, {args.ref} has {len(references)} lines"
             )
-        signature = load_signature(args.model)
-    except (OSError, ValueError) as err:
-        print(f"evaluate: error: {err}", file=sys.stderr)
-        return 2
+        translate_fn, options = decoder(args)
+    except (KerasTransformerError, OSError) as err:
+        return flag_error("evaluate", err)
     start = time.perf_counter()
-    hypotheses = [
-        text for text, _ in translate_lines(signature, sources, args.batch_size, len(sources))
-    ]
+    hypotheses, _ = translate_all(translate_fn, sources, args.batch_size, **options)
     seconds = time.perf_counter() - start
     if args.output:
         with open(args.output, "w", encoding="utf-8") as handle:
             handle.write("".join(h + "\n" for h in hypotheses))
     result = score(hypotheses, references)
     result.update(model=args.model, src=args.src, ref=args.ref, seconds=round(seconds, 1))
+    if seconds:
+        result["sentences_per_s"] = round(len(sources) / seconds, 1)
+        tokens = target_tokens(args.model, hypotheses)
+        if tokens is not None:
+            result["target_tokens_per_s"] = round(tokens / seconds, 1)
     print(json.dumps(result, indent=2))
     return 0
 

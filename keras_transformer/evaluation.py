@@ -1,14 +1,95 @@
-"""sacreBLEU scoring (detokenized, cased) of translations against references."""
+"""Batched translation and sacreBLEU scoring (detokenized, cased), shared by the CLIs.
+
+`translate_all` is the one batched-translation loop: `translate` and `evaluate` call it on
+an export's signature, and any in-process `Translator` works the same way.
+"""
 
 from __future__ import annotations
 
+import gzip
+import os
+import sys
+
 import sacrebleu
+
+from keras_transformer.errors import KerasTransformerError
+
+
+class EvaluationError(KerasTransformerError, ValueError):
+    """A missing export or mismatched input files; the message names the path."""
+
+
+def read_lines(path: str) -> list[str]:
+    """The lines of a plain or .gz UTF-8 file (invalid bytes replaced), without newlines."""
+    if not os.path.isfile(path):
+        raise EvaluationError(f"{path} not found")
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8", errors="replace") as handle:
+        return [line.rstrip("\n") for line in handle]
+
+
+def load_export(model_path: str, signature: str = "serving_default"):
+    """A signature of an exported version directory, loaded with tensorflow_text's ops."""
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
+
+    if not os.path.isfile(os.path.join(model_path, "saved_model.pb")):
+        raise EvaluationError(f"no saved_model.pb in {model_path}: is it an export version?")
+    return tf.saved_model.load(model_path).signatures[signature]
+
+
+def length_order(sentences: list[str]) -> list[int]:
+    """Indices of `sentences`, longest first (words, then characters): batches of similar
+    lengths pad little and settle together."""
+    return sorted(
+        range(len(sentences)), key=lambda i: (-len(sentences[i].split()), -len(sentences[i]))
+    )
+
+
+def translate_all(
+    translate_fn, sentences: list[str], batch_size: int = 64, **options
+) -> tuple[list[str], list[float]]:
+    """(translations, scores) of `sentences`, in their order.
+
+    `translate_fn(inputs=(b,) strings, **options)` returns {"outputs", "scores"} with a
+    first axis of b (an export's signature or a `Translator` method); an n-best output
+    keeps its first hypothesis. Inputs are sorted by length, translated in batches of
+    `batch_size` and put back in input order; a progress bar goes to stderr when there is
+    more than one batch.
+    """
+    import numpy as np
+    import tensorflow as tf
+    from tqdm import tqdm
+
+    if batch_size < 1:
+        raise EvaluationError(f"batch size must be >= 1, got {batch_size}")
+    order = length_order(sentences)
+    texts: list[str] = [""] * len(sentences)
+    scores: list[float] = [0.0] * len(sentences)
+    bar = tqdm(
+        total=len(sentences),
+        unit="sent",
+        file=sys.stderr,
+        disable=len(sentences) <= batch_size,
+        mininterval=1.0,
+    )
+    with bar:
+        for start in range(0, len(order), batch_size):
+            rows = order[start : start + batch_size]
+            out = translate_fn(inputs=tf.constant([sentences[i] for i in rows]), **options)
+            outputs, batch_scores = out["outputs"].numpy(), out["scores"].numpy()
+            if outputs.ndim == 2:
+                outputs, batch_scores = outputs[:, 0], batch_scores[:, 0]
+            for i, text, value in zip(rows, outputs, np.asarray(batch_scores), strict=True):
+                texts[i], scores[i] = text.decode("utf-8"), float(value)
+            bar.update(len(rows))
+    return texts, scores
 
 
 def score(hypotheses: list[str], references: list[str]) -> dict:
     """BLEU and chrF with their signatures, as a JSON-ready dict."""
     if len(hypotheses) != len(references):
-        raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references")
+        raise EvaluationError(f"{len(hypotheses)} hypotheses but {len(references)} references")
     bleu = sacrebleu.metrics.BLEU()
     chrf = sacrebleu.metrics.CHRF()
     bleu_score = bleu.corpus_score(hypotheses, [references])

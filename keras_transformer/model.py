@@ -140,17 +140,20 @@ class Transformer(keras.Model):
     def init_cache(self, memory, source_ids, max_length):
         """Decoder state for `decode_step`.
 
-        Returns a nested dict: "decoder": {"layer_i": {"k", "v"}} self-attention slots of
-        shape (B, h, max_length, d_k / d_v), zero and written one step at a time; "static":
-        {"memory_mask": (B, 1, 1, S) bool, "cross": {"layer_i": {"k", "v"}}} computed once.
-        Beam search reorders "decoder" and never needs to reorder "static".
+        Returns a nested dict: "decoder": {"layer_i": {"k", "v"}} self-attention keys and
+        values of shape (B, h, t, d_k / d_v), empty (t = 0) here and one position longer
+        after every `decode_step`; "static": {"memory_mask": (B, 1, 1, S) bool, "cross":
+        {"layer_i": {"k", "v"}}} computed once. Beam search reorders "decoder" and never
+        needs to reorder "static". `max_length` is accepted for compatibility: the cache
+        grows with the output instead of being allocated for the longest one.
         """
+        del max_length  # the cache grows one position per step
         cfg = self.config
         batch = tf.shape(memory)[0]
         d_k, d_v = self.decoder.d_k, self.decoder.d_v
 
         def slots(depth):
-            return tf.zeros([batch, cfg.num_heads, max_length, depth], self.compute_dtype)
+            return tf.zeros([batch, cfg.num_heads, 0, depth], self.compute_dtype)
 
         return {
             "decoder": {

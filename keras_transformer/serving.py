@@ -7,25 +7,33 @@
                                        assets.extra/tf_serving_warmup_requests
 
 Signatures: `serving_default` (inputs: string (None,) -> outputs: string (None,), scores:
-float32 (None,)) and `translate_nbest` (outputs and scores of shape (None, beam)). The graph
-holds only TensorFlow and TensorFlow Text ops. Variables are tracked through
+float32 (None,)), `translate_nbest` (outputs and scores of shape (None, beam)) and
+`translate_with_options` (inputs plus scalar beam_size, alpha, max_extra_length,
+num_hypotheses -> outputs and scores of shape (None, num_hypotheses)). The graph holds only
+TensorFlow and TensorFlow Text ops. Variables are tracked through
 `keras.export.ExportArchive`, so TF1-style session loaders (TF Serving's) find them.
+`models.config` lists every model exported to the same directory: exporting a model
+replaces its own entry and keeps the others.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 
 import keras
 import tensorflow as tf
 
+from keras_transformer import decoding
 from keras_transformer.errors import KerasTransformerError
 from keras_transformer.run_dir import load_trained
-from keras_transformer.translator import STRINGS, Translator
+from keras_transformer.translator import OPTIONS, STRINGS, Translator
 
 WARMUP_FILE = "tf_serving_warmup_requests"
 WARMUP_SENTENCES = ("A man is riding a bicycle.", "", "Zwei Hunde spielen im Schnee.")
+MODELS_CONFIG = "models.config"
+AVERAGE_LAST = 5  # the paper averages the last 5 checkpoints (base models)
 
 
 class ExportError(KerasTransformerError, ValueError):
@@ -61,17 +69,72 @@ def warmup_record(model_name: str, sentences, signature_name: str = "serving_def
     return _field(6, _field(1, request))
 
 
-def models_config(model_name: str, base_path: str) -> str:
-    """TF Serving's --model_config_file text for one model."""
+def _config_entry(model_name: str, base_path: str) -> str:
     return (
-        "model_config_list {\n"
-        "  config {\n"
+        "\n"
         f'    name: "{model_name}"\n'
         f'    base_path: "{base_path}"\n'
         '    model_platform: "tensorflow"\n'
-        "  }\n"
-        "}\n"
+        "  "
     )
+
+
+def _config_blocks(text: str, path: str) -> list[str]:
+    """The bodies of the `config { ... }` entries of a model_config_list, verbatim."""
+    start = text.find("model_config_list")
+    opening = text.find("{", start)
+    if start < 0 or opening < 0:
+        raise ExportError(f"{path} is not a TF Serving model_config_list; move it away")
+    blocks, depth, in_string, escaped, body_start = [], 0, False, False, None
+    for i in range(opening + 1, len(text)):
+        char = text[i]
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+            continue
+        if char == '"':
+            in_string = True
+        elif char == "{":
+            depth += 1
+            if depth == 1:
+                body_start = i + 1
+        elif char == "}":
+            if depth == 0:
+                return blocks
+            depth -= 1
+            if depth == 0:
+                blocks.append(text[body_start:i])
+    raise ExportError(f"{path}: unbalanced braces; fix or move it away")
+
+
+def models_config(model_name: str, base_path: str, existing: str | None = None, path=""):
+    """TF Serving's --model_config_file text: `existing`'s entries with this model's entry
+    replaced (or added), the others kept verbatim and in order."""
+    mine = _config_entry(model_name, base_path)
+    blocks = _config_blocks(existing, path) if existing else []
+    named = re.compile(r'^\s*name\s*:\s*"' + re.escape(model_name) + '"', re.MULTILINE)
+    others = [block for block in blocks if not named.search(block)]
+    at = next((i for i, block in enumerate(blocks) if named.search(block)), len(blocks))
+    replaced = others[:at] + [mine] + others[at:]
+    return "model_config_list {\n" + "".join(f"  config {{{b}}}\n" for b in replaced) + "}\n"
+
+
+def write_models_config(export_dir: str, model_name: str, base_path: str) -> str:
+    """Merge this model into `<export_dir>/models.config` (written atomically); its path."""
+    path = os.path.join(export_dir, MODELS_CONFIG)
+    existing = None
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as handle:
+            existing = handle.read()
+    text = models_config(model_name, base_path, existing, path)
+    with open(path + ".tmp", "w", encoding="utf-8") as handle:
+        handle.write(text)
+    os.replace(path + ".tmp", path)
+    return path
 
 
 def next_version(model_root: str) -> int:
@@ -97,10 +160,10 @@ def export_translator(
     model_root = os.path.join(export_dir, model_name)
     version = next_version(model_root) if version is None else version
     if not isinstance(version, int) or version < 1:
-        raise ExportError(f"--version must be a positive integer, got {version!r}")
+        raise ExportError(f"version must be a positive integer, got {version!r}")
     final = os.path.join(model_root, str(version))
     if os.path.exists(final):
-        raise ExportError(f"{final} already exists; choose another --version or leave it out")
+        raise ExportError(f"{final} already exists; choose another version or leave it out")
     os.makedirs(model_root, exist_ok=True)
     staging = os.path.join(model_root, f".tmp-{version}")
     shutil.rmtree(staging, ignore_errors=True)
@@ -114,6 +177,11 @@ def export_translator(
     archive.add_endpoint(
         "translate_nbest", translator.translate_nbest.python_function, input_signature=[STRINGS]
     )
+    archive.add_endpoint(
+        "translate_with_options",
+        translator.translate_with_options.python_function,
+        input_signature=OPTIONS,
+    )
     archive.write_out(staging, verbose=False)
 
     extra = os.path.join(staging, "assets.extra")
@@ -121,9 +189,38 @@ def export_translator(
     with tf.io.TFRecordWriter(os.path.join(extra, WARMUP_FILE)) as writer:
         writer.write(warmup_record(model_name, WARMUP_SENTENCES))
     os.replace(staging, final)
-    with open(os.path.join(export_dir, "models.config"), "w", encoding="utf-8") as handle:
-        handle.write(models_config(model_name, base_path or f"/models/{model_name}"))
+    write_models_config(export_dir, model_name, base_path or f"/models/{model_name}")
     return final
+
+
+def describe_export(path: str) -> str:
+    """What an export holds: its files' size on disk and each signature's inputs/outputs."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    saved = saved_model_pb2.SavedModel()
+    with open(os.path.join(path, "saved_model.pb"), "rb") as handle:
+        saved.ParseFromString(handle.read())
+    size = sum(
+        os.path.getsize(os.path.join(root, name))
+        for root, _, names in os.walk(path)
+        for name in names
+    )
+    lines = [f"{path}: {size / 2**20:.1f} MiB on disk"]
+    for sub in ("saved_model.pb", "variables", "assets", "assets.extra"):
+        lines.append(f"  {os.path.join(path, sub)}")
+
+    def describe(tensors):
+        parts = []
+        for key, info in sorted(tensors.items()):
+            dims = [d.size if d.size >= 0 else None for d in info.tensor_shape.dim]
+            parts.append(f"{key} {tf.dtypes.as_dtype(info.dtype).name}{dims}")
+        return ", ".join(parts)
+
+    signatures = saved.meta_graphs[0].signature_def
+    for name in sorted(s for s in signatures if not s.startswith("__")):
+        sig = signatures[name]
+        lines.append(f"  signature {name}: ({describe(sig.inputs)}) -> ({describe(sig.outputs)})")
+    return "\n".join(lines)
 
 
 def export_run(
@@ -132,10 +229,10 @@ def export_run(
     *,
     model_name: str = "transformer",
     version: int | None = None,
-    beam_size: int = 4,
-    alpha: float = 0.6,
-    max_extra_length: int = 50,
-    average_last: int = 1,
+    beam_size: int = decoding.BEAM_SIZE,
+    alpha: float = decoding.ALPHA,
+    max_extra_length: int = decoding.MAX_EXTRA_LENGTH,
+    average_last: int = AVERAGE_LAST,
     use_best: bool = False,
 ) -> str:
     """Load the run in `model_dir` (averaging the last K checkpoints) and export it."""

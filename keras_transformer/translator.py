@@ -2,12 +2,76 @@
 
 from __future__ import annotations
 
+import math
+
 import tensorflow as tf
 
 from keras_transformer import decoding
 from keras_transformer.data.tokenizer import BOS_ID, EOS_ID, SubwordTokenizer
+from keras_transformer.errors import KerasTransformerError
 
 STRINGS = tf.TensorSpec([None], tf.string, name="inputs")
+# `translate_with_options`: the strings plus four scalars, chosen per request
+OPTIONS = [
+    STRINGS,
+    tf.TensorSpec([], tf.int32, name="beam_size"),
+    tf.TensorSpec([], tf.float32, name="alpha"),
+    tf.TensorSpec([], tf.int32, name="max_extra_length"),
+    tf.TensorSpec([], tf.int32, name="num_hypotheses"),
+]
+MAX_BEAM_SIZE = 64  # per-request bounds: a request cannot ask for unbounded memory or time
+MAX_EXTRA_LENGTH = 1024
+
+
+class DecodingOptionsError(KerasTransformerError, ValueError):
+    """A decoding option out of range; the message names the option and the value, and
+    `option` holds its name (command lines map it to their flag)."""
+
+    def __init__(self, option: str, message: str):
+        super().__init__(f"{option} {message}")
+        self.option = option
+
+
+def check_options(beam_size: int, alpha: float, max_extra_length: int) -> None:
+    """Raise `DecodingOptionsError` naming the first option out of range."""
+    if not 1 <= beam_size <= MAX_BEAM_SIZE:
+        raise DecodingOptionsError("beam_size", f"must be in [1, {MAX_BEAM_SIZE}], got {beam_size}")
+    if not (math.isfinite(alpha) and alpha >= 0):
+        raise DecodingOptionsError("alpha", f"must be a finite number >= 0, got {alpha}")
+    if not 1 <= max_extra_length <= MAX_EXTRA_LENGTH:
+        raise DecodingOptionsError(
+            "max_extra_length", f"must be in [1, {MAX_EXTRA_LENGTH}], got {max_extra_length}"
+        )
+
+
+def _assert_options(beam_size, alpha, max_extra_length, num_hypotheses):
+    """In-graph checks: a bad value is an InvalidArgument error naming the input."""
+
+    def between(value, low, high, name):
+        return tf.debugging.Assert(
+            tf.logical_and(value >= low, value <= high),
+            [f"translate_with_options: input {name} must be in [{low}, {high}], got", value],
+            name=f"check_{name}",
+        )
+
+    return [
+        between(beam_size, 1, MAX_BEAM_SIZE, "beam_size"),
+        tf.debugging.Assert(
+            tf.logical_and(tf.math.is_finite(alpha), alpha >= 0.0),
+            ["translate_with_options: input alpha must be a finite number >= 0, got", alpha],
+            name="check_alpha",
+        ),
+        between(max_extra_length, 1, MAX_EXTRA_LENGTH, "max_extra_length"),
+        tf.debugging.Assert(
+            tf.logical_and(num_hypotheses >= 1, num_hypotheses <= beam_size),
+            [
+                "translate_with_options: input num_hypotheses must be in [1, beam_size], got",
+                num_hypotheses,
+                beam_size,
+            ],
+            name="check_num_hypotheses",
+        ),
+    ]
 
 
 class Translator(tf.Module):
@@ -23,7 +87,10 @@ class Translator(tf.Module):
             (default: the model's `max_length`).
 
     `translator(strings (B,))` -> {"outputs": (B,) string, "scores": (B,) float32};
-    `translator.translate_nbest(strings)` -> {"outputs": (B, K), "scores": (B, K)}.
+    `translator.translate_nbest(strings)` -> {"outputs": (B, K), "scores": (B, K)};
+    `translator.translate_with_options(strings, beam_size, alpha, max_extra_length,
+    num_hypotheses)` -> {"outputs": (B, n), "scores": (B, n)}, the options being scalars
+    chosen per call (bad values: InvalidArgumentError naming the input).
     Empty and whitespace-only inputs give "" with score 0; invalid UTF-8 bytes are
     replaced by U+FFFD before tokenization.
     """
@@ -33,17 +100,14 @@ class Translator(tf.Module):
         model,
         tokenizer: SubwordTokenizer,
         *,
-        beam_size: int = 4,
-        alpha: float = 0.6,
-        max_extra_length: int = 50,
+        beam_size: int = decoding.BEAM_SIZE,
+        alpha: float = decoding.ALPHA,
+        max_extra_length: int = decoding.MAX_EXTRA_LENGTH,
         max_input_length: int | None = None,
         name: str = "translator",
     ):
         super().__init__(name=name)
-        if beam_size < 1 or max_extra_length < 1:
-            raise ValueError(
-                f"beam_size and max_extra_length must be >= 1, got {beam_size}, {max_extra_length}"
-            )
+        check_options(beam_size, alpha, max_extra_length)
         self.model = model
         self.tokenizer = tokenizer
         self.beam_size = beam_size
@@ -65,10 +129,15 @@ class Translator(tf.Module):
         empty = tf.equal(tf.strings.length(tf.strings.strip(clean)), 0)
         return source.to_tensor(), source.row_lengths(), empty
 
-    def search(self, sentences, beam_size: int):
-        """(B,) strings -> (ids (B, K, L), scores (B, K), empty (B,) bool)."""
+    def search(self, sentences, beam_size, alpha=None, max_extra_length=None):
+        """(B,) strings -> (ids (B, K, L), scores (B, K), empty (B,) bool).
+
+        The options may be Python numbers or scalar tensors (default: the constructor's).
+        """
+        alpha = self.alpha if alpha is None else alpha
+        extra = self.max_extra_length if max_extra_length is None else max_extra_length
         source, lengths, empty = self._encode_inputs(sentences)
-        max_lengths = tf.cast(lengths, tf.int32) + self.max_extra_length
+        max_lengths = tf.cast(lengths, tf.int32) + extra
         if self.max_output_length is not None:
             max_lengths = tf.minimum(max_lengths, self.max_output_length)
         memory = self.model.encode(source)
@@ -81,7 +150,7 @@ class Translator(tf.Module):
             max_lengths,
             EOS_ID,
             beam_size=beam_size,
-            alpha=self.alpha,
+            alpha=alpha,
         )
         return ids, scores, empty
 
@@ -99,6 +168,12 @@ class Translator(tf.Module):
         text = tf.reshape(text, shape[:2])
         return tf.where(empty[:, tf.newaxis], tf.constant(""), text)
 
+    def _nbest(self, ids, scores, empty):
+        return {
+            "outputs": self._detokenize(ids, empty),
+            "scores": tf.where(empty[:, tf.newaxis], 0.0, scores),
+        }
+
     @tf.function(input_signature=[STRINGS])
     def __call__(self, inputs):
         ids, scores, empty = self.search(inputs, self.beam_size)
@@ -107,8 +182,14 @@ class Translator(tf.Module):
 
     @tf.function(input_signature=[STRINGS])
     def translate_nbest(self, inputs):
-        ids, scores, empty = self.search(inputs, self.beam_size)
-        return {
-            "outputs": self._detokenize(ids, empty),
-            "scores": tf.where(empty[:, tf.newaxis], 0.0, scores),
-        }
+        return self._nbest(*self.search(inputs, self.beam_size))
+
+    @tf.function(input_signature=OPTIONS)
+    def translate_with_options(self, inputs, beam_size, alpha, max_extra_length, num_hypotheses):
+        checks = _assert_options(beam_size, alpha, max_extra_length, num_hypotheses)
+        with tf.control_dependencies(checks):  # nothing is computed from a bad value
+            beam_size, alpha, max_extra_length, num_hypotheses = map(
+                tf.identity, (beam_size, alpha, max_extra_length, num_hypotheses)
+            )
+        ids, scores, empty = self.search(inputs, beam_size, alpha, max_extra_length)
+        return self._nbest(ids[:, :num_hypotheses], scores[:, :num_hypotheses], empty)

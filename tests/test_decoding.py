@@ -50,52 +50,105 @@ def test_length_penalty_formula():
 
 
 def second_order_step_fn(table):
-    """logits = table[prev, current]: needs the cache (prev token) reordered with the beams."""
+    """logits = table[prev, current] + static bias: the cache (prev token) must follow the
+    beams; the per-sentence "static" bias (one row per sentence, shared by its beams) must
+    follow the sentences as they leave the batch."""
     logits = tf.constant(table, tf.float32)
 
     def step_fn(ids, step, cache):
-        prev = cache["decoder"]["prev"]
-        out = tf.gather_nd(logits, tf.stack([prev, ids], axis=1))
+        prev, bias = cache["decoder"]["prev"], cache["static"]["bias"]
+        bias = tf.repeat(bias, tf.shape(ids)[0] // tf.shape(bias)[0], axis=0)  # per beam
+        out = tf.gather_nd(logits, tf.stack([prev, ids], axis=1)) + bias
         return out, {"decoder": {"prev": ids}, "static": cache["static"]}
 
     return step_fn
 
 
-def brute_force_best(table, length, alpha):
-    log_probs = table - np.log(np.exp(table).sum(-1, keepdims=True))
-    best = (-np.inf, None)
+def brute_force(table, bias, length, alpha, vocab):
+    """Every sequence of at most `length` tokens ending in eos, best first: (score, tokens)."""
+    logits = table + bias
+    log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    scored = []
     for n in range(1, length + 1):
-        for body in itertools.product([t for t in range(V) if t != EOS], repeat=n - 1):
-            seq, prev, cur, total = list(body) + [EOS], BOS, BOS, 0.0
-            for position, token in enumerate(seq):
-                lp = log_probs[prev, cur].copy()
-                if position + 1 >= length:
-                    lp[np.arange(V) != EOS] = -np.inf
-                total += lp[token]
+        for body in itertools.product([t for t in range(vocab) if t != EOS], repeat=n - 1):
+            prev, cur, total = BOS, BOS, 0.0
+            for token in (*body, EOS):
+                total += log_probs[prev, cur, token]
                 prev, cur = cur, token
-            normalized = total / ((5 + n) / 6) ** alpha
-            best = max(best, (normalized, tuple(seq)))
-    return best
+            scored.append((total / ((5 + n) / 6) ** alpha, (*body, EOS)))
+    return sorted(scored, reverse=True)
 
 
 @pytest.mark.parametrize("alpha", [0.0, 0.6, 1.5])
-def test_exhaustive_beam_equals_brute_force(alpha):
+def test_beam_search_equals_brute_force_over_every_sequence(alpha):
+    """Vocabulary 4, at most 4 tokens: 40 sequences. With K = 36 every candidate of every
+    step ranks within the top K, so the search is exact and its n-best list must be the
+    brute-force top 36, in order, with the same scores."""
+    vocab, length, k = 4, 4, 36
     rng = np.random.default_rng(0)
-    table = rng.normal(scale=2.0, size=(V, V, V)).astype(np.float32)
-    cache = {"decoder": {"prev": tf.constant([BOS])}, "static": {"unused": tf.zeros([1, 3])}}
+    table = rng.normal(scale=2.0, size=(vocab, vocab, vocab)).astype(np.float32)
+    bias = rng.normal(size=(vocab,)).astype(np.float32)
+    cache = {"decoder": {"prev": tf.constant([BOS])}, "static": {"bias": tf.constant([bias])}}
     seqs, scores = beam_search(
         second_order_step_fn(table),
         tf.constant([BOS]),
         cache,
-        tf.constant([4]),
+        tf.constant([length]),
         EOS,
-        beam_size=16,
+        beam_size=k,
         alpha=alpha,
     )
-    expected_score, expected_seq = brute_force_best(table, 4, alpha)
-    got = tuple(int(t) for t in seqs[0, 0].numpy()[: len(expected_seq)])
-    assert got == expected_seq
-    assert float(scores[0, 0]) == pytest.approx(expected_score, abs=1e-4)
+    expected = brute_force(table, bias, length, alpha, vocab)
+    assert len(expected) == 40
+    for (score, tokens), got_seq, got_score in zip(expected[:k], seqs[0].numpy(), scores[0]):
+        assert tuple(got_seq[: len(tokens)]) == tokens
+        assert not got_seq[len(tokens) :].any()  # 0 after eos
+        assert float(got_score) == pytest.approx(score, abs=1e-4)
+
+
+@pytest.mark.parametrize("search", ["greedy", "beam"])
+def test_batch_equals_sentences_one_by_one(search):
+    """Sentences settle at different steps and leave the batch; each one's result (and its
+    per-sentence static cache) must be what it gets alone."""
+    rng = np.random.default_rng(3)
+    table = rng.normal(scale=1.5, size=(V, V, V)).astype(np.float32)
+    bias = rng.normal(scale=2.0, size=(5, V)).astype(np.float32)
+    bias[1, EOS] = 4.0  # ends early
+    max_lengths = np.array([3, 6, 8, 1, 5], np.int32)
+
+    def run(rows):
+        cache = {
+            "decoder": {"prev": tf.fill([len(rows)], BOS)},
+            "static": {"bias": tf.constant(bias[rows])},
+        }
+        args = (second_order_step_fn(table), tf.fill([len(rows)], BOS), cache)
+        if search == "greedy":
+            return greedy_search(*args, tf.constant(max_lengths[rows]), EOS)
+        return beam_search(*args, tf.constant(max_lengths[rows]), EOS, beam_size=3, alpha=0.6)
+
+    batch_seqs, batch_scores = run(list(range(5)))
+    for i in range(5):
+        seqs, scores = run([i])
+        width = seqs.shape[-1]
+        np.testing.assert_array_equal(batch_seqs[i, ..., :width], seqs[0])
+        assert not np.any(batch_seqs[i, ..., width:])
+        np.testing.assert_allclose(batch_scores[i], scores[0], atol=1e-5)
+        ends = np.argmax(np.asarray(seqs[0]).reshape(-1, width) == EOS, axis=-1)
+        assert np.all(ends < max_lengths[i])  # eos at or before the sentence's max length
+
+
+def test_beam_size_can_be_a_tensor():
+    rng = np.random.default_rng(1)
+    table = rng.normal(scale=1.5, size=(V, V, V)).astype(np.float32)
+    cache = {"decoder": {"prev": tf.constant([BOS])}, "static": {"bias": tf.zeros([1, V])}}
+    args = (second_order_step_fn(table), tf.constant([BOS]), cache, tf.constant([5]), EOS)
+    fn = tf.function(lambda k: beam_search(*args, beam_size=k, alpha=0.6))
+    for k in (1, 3):
+        seqs, scores = fn(tf.constant(k))
+        expected_seqs, expected_scores = beam_search(*args, beam_size=k, alpha=0.6)
+        assert seqs.shape[1] == k
+        np.testing.assert_array_equal(seqs, expected_seqs)
+        np.testing.assert_allclose(scores, expected_scores, atol=1e-6)
 
 
 def test_beam_one_equals_greedy():
@@ -107,6 +160,22 @@ def test_beam_one_equals_greedy():
     greedy, _ = greedy_search(step_fn, bos, {}, max_lengths, EOS)
     beam, _ = beam_search(step_fn, bos, {}, max_lengths, EOS, beam_size=1, alpha=0.0)
     np.testing.assert_array_equal(beam[:, 0], greedy)
+
+
+def test_alpha_trades_probability_for_length():
+    """[eos] has log p -1.20; [A x 9, eos] has -3.50 but length 10: alpha 0 picks the first,
+    alpha 1.5 divides the second by (15/6)^1.5 = 3.95 (-0.89) and picks it."""
+    probs = np.full((V, V), 1e-9)
+    probs[BOS, [EOS, A]] = [0.3, 0.7]
+    probs[A, [A, EOS]] = [0.9, 0.1]
+    args = (table_step_fn(probs), tf.constant([BOS]), {}, tf.constant([10]), EOS)
+    short, short_score = beam_search(*args, beam_size=2, alpha=0.0)
+    long, long_score = beam_search(*args, beam_size=2, alpha=1.5)
+    np.testing.assert_array_equal(short[0, 0, :1], [EOS])
+    assert float(short_score[0, 0]) == pytest.approx(math.log(0.3), abs=1e-4)
+    np.testing.assert_array_equal(long[0, 0], [A] * 9 + [EOS])
+    expected = (math.log(0.7) + 8 * math.log(0.9) + math.log(0.1)) / (15 / 6) ** 1.5
+    assert float(long_score[0, 0]) == pytest.approx(expected, abs=1e-4)
 
 
 def test_finished_hypotheses_are_kept():
@@ -126,3 +195,19 @@ def test_empty_batch():
         greedy_trap(), tf.zeros([0], tf.int32), {}, tf.zeros([0], tf.int32), EOS
     )
     assert seqs.shape[0] == 0 and scores.shape == (0, 4)
+
+
+@pytest.mark.parametrize("vocab, count", [(8000, 8), (1000, 3), (300, 128), (6, 4)])
+def test_two_stage_top_k_equals_top_k(vocab, count):
+    from keras_transformer.decoding import _row_top_k
+
+    rng = np.random.default_rng(vocab)
+    logits = rng.normal(size=(5, vocab)).astype(np.float32)
+    logits[0, :200] = logits[0, 0]  # ties in one block do not break it
+    count = min(count, vocab)
+    values, ids, row_max = _row_top_k(tf.constant(logits), tf.constant(count))
+    expected_values, _ = tf.math.top_k(logits, k=count)
+    np.testing.assert_array_equal(values, expected_values)
+    np.testing.assert_array_equal(np.take_along_axis(logits, ids.numpy(), 1), values)
+    assert all(len(set(row)) == count for row in ids.numpy().tolist())
+    np.testing.assert_array_equal(row_max[:, 0], logits.max(-1))

@@ -2,8 +2,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from keras_transformer import decoding
+from keras_transformer.data.tokenizer import BOS_ID, EOS_ID
 from keras_transformer.run_dir import load_trained
-from keras_transformer.translator import Translator
+from keras_transformer.translator import DecodingOptionsError, Translator
 from tests.run_fixture import make_run
 
 SENTENCES = [
@@ -15,10 +17,21 @@ SENTENCES = [
 
 
 @pytest.fixture(scope="module")
-def translator(tmp_path_factory, multi30k_dir):
+def trained(tmp_path_factory, multi30k_dir):
     path = make_run(str(tmp_path_factory.mktemp("run")), multi30k_dir)
     model, tokenizer, _ = load_trained(path)
-    return Translator(model, tokenizer, beam_size=4, alpha=0.6, max_extra_length=10)
+    return model, tokenizer
+
+
+@pytest.fixture(scope="module")
+def translator(trained):
+    return Translator(*trained, beam_size=4, alpha=0.6, max_extra_length=10)
+
+
+def test_defaults_are_the_papers():
+    assert (decoding.BEAM_SIZE, decoding.ALPHA, decoding.MAX_EXTRA_LENGTH) == (4, 0.6, 50)
+    defaults = Translator.__init__.__kwdefaults__
+    assert (defaults["beam_size"], defaults["alpha"], defaults["max_extra_length"]) == (4, 0.6, 50)
 
 
 def test_batch_translates_as_sentences_one_by_one(translator):
@@ -50,7 +63,93 @@ def test_edge_inputs(translator):
     assert empty["outputs"].shape == (0,)
 
 
-def test_output_length_is_bounded_by_input_plus_extra(translator):
-    ids, _, _ = translator.search(tf.constant(["A girl."]), 4)
-    source_len = int(tf.size(translator.tokenizer.tokenize(tf.constant(["A girl."]))[0])) + 1
-    assert ids.shape[-1] <= source_len + translator.max_extra_length
+class NeverEnds:
+    """The model with eos made (almost) impossible: every hypothesis runs to its length bound,
+    where the search must force eos."""
+
+    def __init__(self, model):
+        self.model, self.config = model, model.config
+
+    def encode(self, source):
+        return self.model.encode(source)
+
+    def init_cache(self, memory, source, length):
+        return self.model.init_cache(memory, source, length)
+
+    def decode_step(self, ids, step, cache):
+        logits, cache = self.model.decode_step(ids, step, cache)
+        return logits - 1e4 * tf.one_hot(EOS_ID, tf.shape(logits)[-1]), cache
+
+
+@pytest.mark.parametrize("extra", [1, 3])
+def test_eos_lands_at_input_length_plus_extra(trained, extra):
+    model, tokenizer = trained
+    translator = Translator(NeverEnds(model), tokenizer, max_extra_length=extra)
+    ids, _, _ = translator.search(tf.constant(SENTENCES), 3)
+    for i, sentence in enumerate(SENTENCES):
+        source_len = int(tf.size(tokenizer.tokenize(tf.constant([sentence]))[0])) + 1  # + eos
+        for hypothesis in ids[i].numpy():
+            eos = np.flatnonzero(hypothesis == EOS_ID)
+            assert eos.tolist() == [source_len + extra - 1]  # one eos, at the bound
+            assert not hypothesis[eos[0] + 1 :].any()
+
+
+def test_beam_one_is_greedy_search(trained, translator):
+    model, tokenizer = trained
+    source, _, empty = translator._encode_inputs(tf.constant(SENTENCES))
+    lengths = tf.reduce_sum(tf.cast(source > 0, tf.int32), 1) + 7
+    cache = model.init_cache(model.encode(source), source, int(tf.reduce_max(lengths)))
+    greedy, _ = decoding.greedy_search(
+        model.decode_step, tf.fill([len(SENTENCES)], BOS_ID), cache, lengths, EOS_ID
+    )
+    expected = translator._detokenize(greedy[:, tf.newaxis], empty)[:, 0]
+    out = translator.translate_with_options(
+        tf.constant(SENTENCES), tf.constant(1), tf.constant(0.0), tf.constant(7), tf.constant(1)
+    )
+    np.testing.assert_array_equal(out["outputs"].numpy()[:, 0], expected.numpy())
+
+
+def test_options_match_a_translator_built_with_them(trained, translator):
+    model, tokenizer = trained
+    built = Translator(model, tokenizer, beam_size=3, alpha=1.0, max_extra_length=5)
+    expected = built.translate_nbest(tf.constant(SENTENCES))
+    got = translator.translate_with_options(
+        tf.constant(SENTENCES), tf.constant(3), tf.constant(1.0), tf.constant(5), tf.constant(2)
+    )
+    assert got["outputs"].shape == (4, 2)
+    np.testing.assert_array_equal(got["outputs"], expected["outputs"][:, :2])
+    np.testing.assert_allclose(got["scores"], expected["scores"][:, :2], atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [
+        (dict(beam_size=0), "beam_size"),
+        (dict(beam_size=65), "beam_size"),
+        (dict(alpha=-0.1), "alpha"),
+        (dict(alpha=float("nan")), "alpha"),
+        (dict(max_extra_length=0), "max_extra_length"),
+    ],
+)
+def test_bad_constructor_options_name_the_option(trained, kwargs, name):
+    with pytest.raises(DecodingOptionsError, match=f"^{name} must") as info:
+        Translator(*trained, **kwargs)
+    assert info.value.option == name
+
+
+def test_decode_step_shares_the_static_cache_between_beams(trained, translator):
+    """A static cache of B rows, each shared by K consecutive ids (beam search), gives the
+    logits of the same cache copied K times."""
+    model, _ = trained
+    source, _, _ = translator._encode_inputs(tf.constant(SENTENCES))
+    cache = model.init_cache(model.encode(source), source, 8)
+    k = 3
+    tiled = tf.nest.map_structure(lambda t: tf.repeat(t, k, axis=0), cache)
+    shared = {"decoder": tiled["decoder"], "static": cache["static"]}
+    ids = tf.constant(
+        np.random.default_rng(0).integers(4, 50, size=(8, len(SENTENCES) * k)), tf.int32
+    )
+    for step in range(8):
+        expected, tiled = model.decode_step(ids[step], step, tiled)
+        got, shared = model.decode_step(ids[step], step, shared)
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)

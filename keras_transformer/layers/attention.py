@@ -107,10 +107,15 @@ class MultiHeadAttention(keras.layers.Layer):
         memory: (B, S, d_model) for cross-attention; None for self-attention.
         attention_mask: bool broadcastable to (B, h, T, S), True where allowed.
         projected_memory: cross-attention only, instead of `memory`: {"k", "v"} from
-            `project_memory(memory)`, computed once per source.
-        cache: self-attention only, for incremental decoding: {"k": (B, h, L, d_k),
-            "v": (B, h, L, d_v)}, written at `step`; `query` is then (B, 1, d_model) and
-            `attention_mask` is replaced by "slots 0..step".
+            `project_memory(memory)`, computed once per source. It may have B / G rows,
+            each shared by G consecutive query rows (the G beams of a sentence), with
+            `attention_mask` of B / G rows too: the queries are grouped per source row
+            instead of the keys and values being copied G times.
+        cache: self-attention only, for incremental decoding: {"k": (B, h, t, d_k),
+            "v": (B, h, t, d_v)}, the keys and values of the t = `step` positions decoded
+            so far (t = 0: an empty cache); `query` is then (B, 1, d_model), this step's key
+            and value are appended, and the query attends to all t + 1 of them (no mask:
+            they are all in its past).
         step: scalar int, the position being decoded (with `cache` only).
         training: dropout on or off.
 
@@ -221,12 +226,29 @@ class MultiHeadAttention(keras.layers.Layer):
                 )
 
     @staticmethod
-    def _write_cache(cache, k, v, step):
-        """Write this step's (B, h, 1, d) key/value into slot `step` of the (B, h, L, d) cache."""
-        slot = tf.equal(tf.range(tf.shape(cache["k"])[2]), step)[:, tf.newaxis]
-        k = tf.where(slot, tf.cast(k, cache["k"].dtype), cache["k"])
-        v = tf.where(slot, tf.cast(v, cache["v"].dtype), cache["v"])
-        return {"k": k, "v": v}
+    def _append_cache(cache, k, v):
+        """The (B, h, t, d) cache with this step's (B, h, 1, d) key/value appended: each step
+        then costs O(t), not O(L) for a fixed L-slot cache written with a mask, and the
+        attention runs over the t + 1 real keys only."""
+        return {
+            "k": tf.concat([cache["k"], tf.cast(k, cache["k"].dtype)], axis=2),
+            "v": tf.concat([cache["v"], tf.cast(v, cache["v"].dtype)], axis=2),
+        }
+
+    def _grouped(self, q, k, v, attention_mask, training):
+        """Attention of q (B, h, T, d_k) over k, v of R = B / G rows, each shared by G
+        consecutive query rows: (context (B, T, h, d_v), weights (B, h, T, S))."""
+        batch, length = tf.shape(q)[0], tf.shape(q)[2]
+        rows, h = tf.shape(k)[0], self.num_heads
+        group = batch // rows
+        q = tf.reshape(q, [rows, group, h, length, self.d_k])
+        q = tf.reshape(tf.transpose(q, [0, 2, 1, 3, 4]), [rows, h, group * length, self.d_k])
+        context, weights = self.attention(q, k, v, attention_mask, training=training)
+        context = tf.reshape(context, [rows, h, group, length, self.d_v])
+        context = tf.reshape(tf.transpose(context, [0, 2, 3, 1, 4]), [batch, length, h, self.d_v])
+        weights = tf.reshape(weights, [rows, h, group, length, -1])
+        weights = tf.reshape(tf.transpose(weights, [0, 2, 1, 3, 4]), [batch, h, length, -1])
+        return context, weights
 
     def call(
         self,
@@ -245,17 +267,20 @@ class MultiHeadAttention(keras.layers.Layer):
             flat = self._dense(query, self.qkv_kernel, self.qkv_bias)
             q, k, v = self._split_heads(flat, batch, length, (self.d_k, self.d_k, self.d_v))
             if cache is not None:
-                cache = self._write_cache(cache, k, v, step)
+                cache = self._append_cache(cache, k, v)
                 k, v = cache["k"], cache["v"]
-                attention_mask = masks.step_mask(step, tf.shape(k)[2])
+                attention_mask = None  # every cached position is in the query's past
         else:
             flat = self._dense(query, self.q_kernel, self.q_bias)
             (q,) = self._split_heads(flat, batch, length, (self.d_k,))
             kv = projected_memory if projected_memory is not None else self.project_memory(memory)
             k, v = kv["k"], kv["v"]
         k, v = tf.cast(k, q.dtype), tf.cast(v, q.dtype)
-        context, weights = self.attention(q, k, v, attention_mask=attention_mask, training=training)
-        context = tf.transpose(context, [0, 2, 1, 3])  # (B, T, h, d_v)
+        if projected_memory is not None:
+            context, weights = self._grouped(q, k, v, attention_mask, training)
+        else:
+            context, weights = self.attention(q, k, v, attention_mask, training=training)
+            context = tf.transpose(context, [0, 2, 1, 3])  # (B, T, h, d_v)
         outputs = tf.reshape(
             self._dense(context, self.output_kernel, self.output_bias),
             [batch, length, self.d_model],

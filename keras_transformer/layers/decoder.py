@@ -27,7 +27,7 @@ class DecoderLayer(BlockLayer):
         memory_mask: bool (B, 1, 1, S), True on real source tokens.
         projected_memory: {"k", "v"} (B, h, S, d_k / d_v) from
             `cross_attention.sublayer.project_memory(memory)`, instead of `memory`.
-        cache: self-attention {"k": (B, h, L, d_k), "v": (B, h, L, d_v)} for incremental
+        cache: self-attention {"k": (B, h, t, d_k), "v": (B, h, t, d_v)} for incremental
             decoding; T must be 1.
         step: scalar int position being decoded (with `cache` only).
         training: dropout on or off.
@@ -90,7 +90,7 @@ class Decoder(StackLayer):
         self_attention_mask: bool (1, 1, T, T) causal mask.
         memory_mask: bool (B, 1, 1, S).
         projected_memory: {"layer_i": {"k", "v"}} from `project_memory(memory)`.
-        cache: {"layer_i": {"k", "v"}} self-attention slots (B, h, L, d_k / d_v); T must
+        cache: {"layer_i": {"k", "v"}} self-attention keys/values (B, h, t, d_k / d_v); T must
             be 1.
         step: scalar int position being decoded (with `cache` only).
         training: dropout on or off.

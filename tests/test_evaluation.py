@@ -1,0 +1,53 @@
+import math
+
+import pytest
+
+from keras_transformer.evaluation import EvaluationError, length_order, score, translate_all
+
+
+def test_bleu_equals_the_hand_computed_value():
+    # one substitution in 6 tokens: n-gram precisions 5/6, 4/5, 3/4, 2/3, same length (BP 1)
+    result = score(["a b c d e f"], ["a b c d e g"])
+    assert result["bleu"] == pytest.approx(100 * (5 / 6 * 4 / 5 * 3 / 4 * 2 / 3) ** 0.25, abs=0.01)
+    # a correct but short hypothesis: precisions 1, brevity penalty exp(1 - 6/4)
+    assert score(["a b c d"], ["a b c d e f"])["bleu"] == pytest.approx(
+        100 * math.exp(1 - 6 / 4), abs=0.01
+    )
+
+
+def test_a_better_hypothesis_scores_higher():
+    refs = ["Two dogs play in the snow.", "A man rides a red bike."]
+    good = score(["Two dogs play in snow.", "A man rides a bike."], refs)
+    bad = score(["Dogs snow.", "A bike man."], refs)
+    assert good["bleu"] > bad["bleu"] and good["chrf"] > bad["chrf"]
+
+
+def test_length_order_is_longest_first_and_a_permutation():
+    sentences = ["a", "a b c", "", "a b", "a bb"]
+    order = length_order(sentences)
+    assert sorted(order) == list(range(5))
+    assert order == [1, 4, 3, 0, 2]
+
+
+def test_translate_all_batches_by_length_and_restores_order():
+    import tensorflow as tf
+
+    seen = []
+
+    def translate_fn(inputs):
+        batch = [s.decode() for s in inputs.numpy()]
+        seen.append(batch)
+        return {
+            "outputs": tf.constant([s.upper() for s in batch]),
+            "scores": tf.constant([-float(len(s)) for s in batch]),
+        }
+
+    sentences = ["b", "a a a", "c c", "d d d d", "e"]
+    texts, scores = translate_all(translate_fn, sentences, batch_size=2)
+    assert texts == [s.upper() for s in sentences]
+    assert scores == [-float(len(s)) for s in sentences]
+    assert seen == [["d d d d", "a a a"], ["c c", "b"], ["e"]]
+    with pytest.raises(EvaluationError, match="batch size must be >= 1"):
+        translate_all(translate_fn, sentences, batch_size=0)
+    with pytest.raises(EvaluationError, match="2 hypotheses but 1 references"):
+        score(["a", "b"], ["a"])

@@ -13,6 +13,7 @@ import math
 from typing import Any
 
 from keras_transformer.config import PRESETS
+from keras_transformer.decoding import BEAM_SIZE
 from keras_transformer.errors import KerasTransformerError
 
 # A corpus with at least this many pairs gets the paper's recipe (WMT14: 4.5M pairs).
@@ -80,7 +81,7 @@ class TrainArgs:
     keep_checkpoints: int = flag(5, "checkpoints kept in checkpoints/")
     eval_every: int | None = flag(None, "validation BLEU every N steps", auto="train steps / 10")
     eval_sentences: int | None = flag(None, "validation sentences for BLEU (0: all)", auto="500")
-    eval_beam_size: int = flag(4, "beam size of the validation BLEU")
+    eval_beam_size: int = flag(BEAM_SIZE, "beam size of the validation BLEU")
     patience: int = flag(0, "early stop after N BLEU evaluations without gain (0: never)")
     log_every: int = flag(100, "metrics.jsonl and TensorBoard every N steps")
     warmup_steps: int | None = flag(

@@ -1,0 +1,57 @@
+"""What `train.py` prints when training ends: what happened and the commands to run next."""
+
+from __future__ import annotations
+
+from keras_transformer.run_dir import Run
+from keras_transformer.training.args import TrainArgs
+
+
+def summarize(run: Run, settings: TrainArgs, model, bleu) -> dict:
+    """Print what happened and what to do next; return it as a dict."""
+    progress = bleu.progress
+    best, best_step = float(progress.best.numpy()), int(progress.best_step.numpy())
+    result = {
+        "step": int(model.optimizer.iterations.numpy()),
+        "train_steps": settings.train_steps,
+        "stopped_early": bleu.stopped_early,
+        "last_val_bleu": bleu.last_bleu,
+        "best_val_bleu": best if best_step >= 0 else None,
+        "best_step": best_step if best_step >= 0 else None,
+        "best_checkpoint": (run.checkpoints(best=True) or [None])[-1],
+    }
+    out = run.model_dir
+    lines = [
+        f"\ntraining ended at step {result['step']} of {settings.train_steps}"
+        + (" (early stopping)" if bleu.stopped_early else ""),
+    ]
+    if result["best_val_bleu"] is not None:
+        last = f"last {bleu.last_bleu:.2f}, " if bleu.last_bleu is not None else ""
+        lines.append(
+            f"validation BLEU: {last}best {best:.2f} at step {best_step} "
+            f"({result['best_checkpoint']})"
+        )
+    src, ref = _test_files(settings)
+    lines += [
+        "next steps:",
+        f"  python export.py --model-dir {out} --export-dir exports   # averages the last 5 checkpoints",
+        f"  python export.py --model-dir {out} --export-dir exports --best   # or the best-BLEU weights",
+        f"  python -m keras_transformer.translate --model exports/transformer/1 < {src} > translations.txt",
+        f"  python -m keras_transformer.evaluate --model exports/transformer/1 --src {src} --ref {ref}",
+        "  (exports/transformer/1: the version directory that export.py prints)",
+    ]
+    print("\n".join(lines), flush=True)
+    return result
+
+
+def _test_files(settings: TrainArgs) -> tuple[str, str]:
+    if settings.dataset == "multi30k":
+        from keras_transformer.data.sources import DataError, find_multi30k_file
+
+        try:
+            return tuple(
+                find_multi30k_file("test", lang, settings.data_dir, download=False)
+                for lang in (settings.src_lang, settings.tgt_lang)
+            )
+        except DataError:  # only a hint in the summary
+            pass
+    return f"test.{settings.src_lang}", f"test.{settings.tgt_lang}"

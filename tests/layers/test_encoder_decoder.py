@@ -135,8 +135,8 @@ def test_cached_decoder_equals_full_decoder_and_keeps_the_scores(scores):
     full = decoder(X, MEM, self_attention_mask=CAUSAL, memory_mask=MEM_MASK)
     full = full[0] if scores else full
     cache = {
-        f"layer_{i}": {"k": tf.zeros([2, 2, 6, 3]), "v": tf.zeros([2, 2, 6, 5])} for i in range(2)
-    }
+        f"layer_{i}": {"k": tf.zeros([2, 2, 0, 3]), "v": tf.zeros([2, 2, 0, 5])} for i in range(2)
+    }  # grows by one position per step
     projected = decoder.project_memory(MEM)
     for t in range(4):
         outputs = decoder(
@@ -145,7 +145,7 @@ def test_cached_decoder_equals_full_decoder_and_keeps_the_scores(scores):
         assert len(outputs) == 2 + scores  # (outputs, cache[, weights]): nothing dropped
         out, cache = outputs[:2]
         if scores:
-            assert outputs[2]["self"][0].shape == (2, 2, 1, 6)
+            assert outputs[2]["self"][0].shape == (2, 2, 1, t + 1)  # the positions so far
             assert outputs[2]["cross"][1].shape == (2, 2, 1, 5)
         np.testing.assert_allclose(out[:, 0], full[:, t], rtol=1e-5, atol=1e-5)
 

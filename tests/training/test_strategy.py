@@ -16,15 +16,17 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 
 
-def test_mirrored_on_two_cpus_equals_one_device():
+def run_script(name: str) -> dict:
+    """Run a two-logical-CPU script of this folder in its own process; its last line is JSON."""
     out = subprocess.run(
-        [sys.executable, os.path.join(HERE, "replica_equivalence.py")],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=ROOT,
+        [sys.executable, os.path.join(HERE, name)], capture_output=True, text=True, cwd=ROOT
     )
-    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_mirrored_on_two_cpus_equals_one_device():
+    result = run_script("replica_equivalence.py")
     assert result["replicas"] == 2
     assert result["max_update"] > 1e-3  # the step really changed the weights
     assert result["loss_two"] == pytest.approx(result["loss_one"], abs=1e-5)
@@ -91,14 +93,7 @@ def test_mixed_precision_training(policy):
 
 
 def test_float16_overflow_on_one_replica_skips_the_step_everywhere():
-    out = subprocess.run(
-        [sys.executable, os.path.join(HERE, "replica_overflow.py")],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    result = json.loads(out.stdout.strip().splitlines()[-1])
+    result = run_script("replica_overflow.py")
     assert result["replicas"] == 2
     # step 1 (finite everywhere) is applied; step 2 overflows on replica 1 only: skipped
     assert result["iterations"] == [1, 1]

@@ -26,7 +26,7 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-BATCH, SRC_LEN, STEPS, BEAM, VOCAB = 64, 20, 30, 4, 8000
+BATCH, SRC_LEN, STEPS, BEAM, VOCAB, EOS = 64, 20, 30, 4, 8000, 3
 
 
 def build_ctranslate2(out_dir: str, cfg, seed: int = 0) -> None:
@@ -113,25 +113,13 @@ def ctranslate2_timings(cfg, source, repeats: int, timed) -> dict:
     return results
 
 
-def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--uncached-repeats", type=int, default=2, help="0 skips it")
-    parser.add_argument("--no-python", action="store_true", help="skip the Python decoder")
-    parser.add_argument("--no-ctranslate2", action="store_true", help="skip the reference")
-    parser.add_argument("--intra-op", type=int, default=0, help="TF intra-op threads (0: TF's)")
-    parser.add_argument("--inter-op", type=int, default=0, help="TF inter-op threads (0: TF's)")
-    args = parser.parse_args(argv)
-
+def w3():
+    """(cfg, model, source, cached, uncached): the small preset with random weights (seed 0),
+    the 64 x 20 source, and the two decoders as functions of a (B, 20) int32 source
+    (`cached` also takes the beam size; both run exactly STEPS steps)."""
     import keras
     import numpy as np
     import tensorflow as tf
-
-    # what TF Serving's --tensorflow_intra_op_parallelism / _inter_op_ set for a model
-    tf.config.threading.set_intra_op_parallelism_threads(args.intra_op)
-    tf.config.threading.set_inter_op_parallelism_threads(args.inter_op)
 
     import keras_transformer as kt
     from keras_transformer.decoding import NEG_INF, beam_search
@@ -142,8 +130,7 @@ def main(argv=None) -> None:
     model.build()
     rng = np.random.default_rng(0)
     source = tf.constant(rng.integers(4, VOCAB, size=(BATCH, SRC_LEN)).astype("int32"))
-    eos = 3
-    not_eos = tf.not_equal(tf.range(VOCAB), eos)[tf.newaxis]
+    not_eos = tf.not_equal(tf.range(VOCAB), EOS)[tf.newaxis]
 
     def exactly(step_fn):
         """Suppress eos before the last step so every hypothesis runs STEPS steps."""
@@ -155,22 +142,19 @@ def main(argv=None) -> None:
 
         return wrapped
 
-    max_lengths = tf.fill([BATCH], STEPS)
-    bos = tf.fill([BATCH], 2)
-
     def cached(src, beam=BEAM):
         memory = model.encode(src)
         cache = model.init_cache(memory, src, STEPS)
-        ids, scores = beam_search(
+        batch = tf.shape(src)[0]
+        return beam_search(
             exactly(model.decode_step),
-            tf.fill([tf.shape(src)[0]], 2),
+            tf.fill([batch], 2),
             cache,
-            tf.fill([tf.shape(src)[0]], STEPS),
-            eos,
+            tf.fill([batch], STEPS),
+            EOS,
             beam_size=beam,
             alpha=0.6,
         )
-        return ids, scores
 
     def uncached(src):
         def step_fn(ids, step, cache):
@@ -185,12 +169,54 @@ def main(argv=None) -> None:
             "decoder": {"prefix": tf.zeros([BATCH, STEPS + 1], tf.int32)},
             "static": {"src": src},
         }
+        bos, max_lengths = tf.fill([BATCH], 2), tf.fill([BATCH], STEPS)
         return beam_search(
-            exactly(step_fn), bos, cache, max_lengths, eos, beam_size=BEAM, alpha=0.6
+            exactly(step_fn), bos, cache, max_lengths, EOS, beam_size=BEAM, alpha=0.6
         )
 
+    return cfg, model, source, cached, uncached
+
+
+def export_w3(model, cached, path: str) -> None:
+    """Export `cached` as the SavedModel endpoint (and signature) "decode":
+    (src (B, 20) int32, beam scalar int32) -> {"ids", "scores"}."""
+    import keras
+    import tensorflow as tf
+
+    archive = keras.export.ExportArchive()
+    archive.track(model)
+    archive.add_endpoint(
+        "decode",
+        lambda src, beam: dict(zip(("ids", "scores"), cached(src, beam))),
+        input_signature=[
+            tf.TensorSpec([None, SRC_LEN], tf.int32, name="src"),
+            tf.TensorSpec([], tf.int32, name="beam"),
+        ],
+    )
+    archive.write_out(path, verbose=False)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--uncached-repeats", type=int, default=2, help="0 skips it")
+    parser.add_argument("--no-python", action="store_true", help="skip the Python decoder")
+    parser.add_argument("--no-ctranslate2", action="store_true", help="skip the reference")
+    parser.add_argument("--intra-op", type=int, default=0, help="TF intra-op threads (0: TF's)")
+    parser.add_argument("--inter-op", type=int, default=0, help="TF inter-op threads (0: TF's)")
+    args = parser.parse_args(argv)
+
+    import numpy as np
+    import tensorflow as tf
+
+    # what TF Serving's --tensorflow_intra_op_parallelism / _inter_op_ set for a model
+    tf.config.threading.set_intra_op_parallelism_threads(args.intra_op)
+    tf.config.threading.set_inter_op_parallelism_threads(args.inter_op)
+
+    cfg, model, source, cached, uncached = w3()
     spec = tf.TensorSpec([None, SRC_LEN], tf.int32)
-    beam_spec = tf.TensorSpec([], tf.int32)
 
     def timed(fn, repeats, numpy=True):
         def once():
@@ -215,21 +241,14 @@ def main(argv=None) -> None:
         results["cached_python"] = timed(tf.function(cached, input_signature=[spec]), args.repeats)
 
     with tempfile.TemporaryDirectory() as tmp:
-        archive = keras.export.ExportArchive()
-        archive.track(model)
-        archive.add_endpoint(
-            "decode",
-            lambda src, beam: dict(zip(("ids", "scores"), cached(src, beam))),
-            input_signature=[spec, beam_spec],
-        )
-        archive.write_out(tmp, verbose=False)
+        export_w3(model, cached, tmp)
         loaded = tf.saved_model.load(tmp)
         for name, beam in (("beam4", BEAM), ("greedy", 1)):
             results[f"savedmodel_{name}"] = timed(
                 lambda s, beam=beam: loaded.decode(s, tf.constant(beam)), args.repeats
             )
         ids = loaded.decode(source, tf.constant(BEAM))["ids"].numpy()
-    assert ids.shape[-1] == STEPS and np.all(ids[:, :, STEPS - 1] == eos), "not exactly 30 steps"
+    assert ids.shape[-1] == STEPS and np.all(ids[:, :, STEPS - 1] == EOS), "not exactly 30 steps"
     rss_ours = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     reference = {} if args.no_ctranslate2 else ctranslate2_timings(cfg, source, args.repeats, timed)
 

@@ -6,12 +6,16 @@ The search knows the model only through
 
 where N is the number of live rows: live sentences (greedy) or live sentences x beam (beam
 search), and `cache` is a nested structure of tensors whose first axis is N. Beam search
-reorders the cache with one gather per step, except a top-level "static" entry (e.g.
-cross-attention keys and values), which is the same for every beam of a sentence: it keeps
-one row per live sentence (N / K rows, each shared by K consecutive ids) and is never
-reordered or copied per beam. A sentence whose result is settled leaves the batch (all its
-rows, "static" included), so the steps that follow run on the sentences still being decoded
-only.
+reorders the cache with one gather per step, except two top-level entries:
+  - "sentence" (e.g. cross-attention keys and values, or a self-attention cache that
+    every beam of a sentence reads its own part of) has one row per live sentence (N / K
+    rows, each shared by K consecutive ids): it is never reordered or copied per beam, and
+    may change from step to step;
+  - "constant" (e.g. the transposed output projection) is the same for every row: it is
+    handed to every step as it was first given, and whatever the step returns for it is
+    ignored.
+A sentence whose result is settled leaves the batch (all its rows, "sentence" included), so
+the steps that follow run on the sentences still being decoded only.
 
 Shapes: B batch, b live sentences, K beam size, L maximum decode length, V vocabulary.
 """
@@ -73,12 +77,14 @@ def _top_log_probs(logits, step, max_lengths, eos_id, count, repeat):
     first, the other entries are NEG_INF. Log-probabilities are logits - logsumexp(logits)
     in float32; only the top `count` of each row are ever formed (the full (N, V) log-softmax
     and masking would be four more passes over the largest tensor of the step).
+    logsumexp = max + log(sum(exp(logits - max))) is read off the fused softmax op (one
+    kernel, faster than Sub, Exp and Sum): the row maximum's probability is exactly
+    1 / sum(exp(logits - max)), and it is >= 1 / V, so its log is well conditioned.
     """
     logits = tf.cast(logits, tf.float32)
     top_logits, top_ids, row_max = _row_top_k(logits, count)
-    normalizer = row_max + tf.math.log(
-        tf.reduce_sum(tf.exp(logits - row_max), axis=-1, keepdims=True)
-    )  # logsumexp (N, 1), reusing the row max
+    max_prob = tf.gather(tf.nn.softmax(logits), top_ids[:, :1], batch_dims=1)  # (N, 1)
+    normalizer = row_max - tf.math.log(max_prob)  # logsumexp (N, 1)
     top_lp = top_logits - normalizer
     eos_lp = logits[:, eos_id : eos_id + 1] - normalizer  # (N, 1)
     first = tf.equal(tf.range(count), 0)[tf.newaxis, :]
@@ -94,29 +100,45 @@ def _write(sequences, position, values):
 
 
 def _free_batch(state):
-    """Shape invariants: any axis but the last of the step function's cache (the last entry
-    of `state`) may change in the loop (live sentences leave; a self-attention cache may grow
-    one position per step); the search's own tensors keep only their rank."""
+    """Shape invariants: any axis of the step function's cache (the last entry of `state`)
+    may change in the loop (live sentences leave; a self-attention cache grows one position
+    per step, a record of positions one column), except the last axis of a floating-point
+    tensor of rank >= 2 (its feature depth, which stays known to the step function); the
+    search's own tensors keep only their rank."""
     *fixed, cache = state
+
+    def free(t):
+        keep = t.dtype.is_floating and t.shape.rank >= 2
+        return tf.TensorShape([None] * (t.shape.rank - keep)).concatenate(
+            t.shape[-1:] if keep else []
+        )
+
     fixed = tf.nest.map_structure(lambda t: tf.TensorShape([None] * t.shape.rank), fixed)
-    cache = tf.nest.map_structure(
-        lambda t: tf.TensorShape([None] * max(t.shape.rank - 1, 1)).concatenate(
-            t.shape[-1:] if t.shape.rank > 1 else []
-        ),
-        cache,
-    )
-    return (*fixed, cache)
+    return (*fixed, tf.nest.map_structure(free, cache))
 
 
-def _static_and_rest(cache):
-    """(the top-level "static" entry or {}, the rest of the cache)."""
-    if isinstance(cache, dict) and "static" in cache:
-        return cache["static"], {k: v for k, v in cache.items() if k != "static"}
-    return {}, cache
+_SPECIAL = ("sentence", "constant")
 
 
-def _join(static, rest, has_static):
-    return {**rest, "static": static} if has_static else rest
+def _split(cache):
+    """(the top-level "sentence" entry or {}, "constant" or {}, the rest of the cache)."""
+    if not isinstance(cache, dict):
+        return {}, {}, cache
+    rest = {k: v for k, v in cache.items() if k not in _SPECIAL}
+    return cache.get("sentence", {}), cache.get("constant", {}), rest
+
+
+def _joiner(initial_cache):
+    """A function (sentence, rest) -> the step function's cache, with the initial "constant"
+    entry (a loop invariant, captured by the loop body) and the top-level keys it had."""
+    keys = [k for k in _SPECIAL if isinstance(initial_cache, dict) and k in initial_cache]
+    _, constant, _ = _split(initial_cache)
+
+    def join(sentence, rest):
+        special = {"sentence": sentence, "constant": constant}
+        return {**rest, **{k: special[k] for k in keys}}
+
+    return join
 
 
 def _rows(mask):
@@ -134,15 +156,15 @@ def _settle(out, index, done, values):
     ]
 
 
-def _shrink_static(static, done, stay):
-    """Keep the rows (sentences) `stay` of the static cache, if any sentence is `done`."""
-    if not tf.nest.flatten(static):
-        return static
+def _shrink_sentences(sentence, done, stay):
+    """Keep the rows (sentences) `stay` of the "sentence" cache, if any sentence is `done`."""
+    if not tf.nest.flatten(sentence):
+        return sentence
 
     def shrink():
-        return tf.nest.map_structure(lambda t: tf.gather(t, stay), static)
+        return tf.nest.map_structure(lambda t: tf.gather(t, stay), sentence)
 
-    return tf.cond(tf.reduce_any(done), shrink, lambda: static)
+    return tf.cond(tf.reduce_any(done), shrink, lambda: sentence)
 
 
 def greedy_search(step_fn, initial_ids, initial_cache, max_lengths, eos_id: int):
@@ -163,12 +185,12 @@ def greedy_search(step_fn, initial_ids, initial_cache, max_lengths, eos_id: int)
     length = tf.maximum(tf.reduce_max(max_lengths), 1)  # an empty batch still has shapes
     sequences = _write(tf.zeros([batch, length + 1], tf.int32), 0, initial_ids)
     out = [tf.zeros_like(sequences), tf.zeros([batch])]
-    has_static = isinstance(initial_cache, dict) and "static" in initial_cache
-    static, rest = _static_and_rest(initial_cache)
+    join = _joiner(initial_cache)
+    sentence, _, rest = _split(initial_cache)
 
-    def body(step, out, index, lengths, sequences, scores, static, rest):
-        logits, cache = step_fn(sequences[:, step], step, _join(static, rest, has_static))
-        static, rest = _static_and_rest(cache)
+    def body(step, out, index, lengths, sequences, scores, sentence, rest):
+        logits, cache = step_fn(sequences[:, step], step, join(sentence, rest))
+        sentence, _, rest = _split(cache)
         token_lp, token = _top_log_probs(logits, step, lengths, eos_id, 1, 1)
         token, scores = token[:, 0], scores + token_lp[:, 0]
         sequences = _write(sequences, step + 1, token)
@@ -178,13 +200,13 @@ def greedy_search(step_fn, initial_ids, initial_cache, max_lengths, eos_id: int)
         gather = lambda t: tf.gather(t, keep)  # noqa: E731
         index, lengths, sequences, scores = map(gather, (index, lengths, sequences, scores))
         rest = tf.nest.map_structure(gather, rest)
-        static = _shrink_static(static, done, keep)
-        return step + 1, out, index, lengths, sequences, scores, static, rest
+        sentence = _shrink_sentences(sentence, done, keep)
+        return step + 1, out, index, lengths, sequences, scores, sentence, rest
 
     def cond(step, out, index, *_):
         return tf.logical_and(step < length, tf.size(index) > 0)
 
-    state = (tf.range(batch), max_lengths, sequences, tf.zeros([batch]), static, rest)
+    state = (tf.range(batch), max_lengths, sequences, tf.zeros([batch]), sentence, rest)
     _, out, index, _, sequences, scores, *_ = tf.while_loop(
         cond,
         body,
@@ -222,7 +244,7 @@ def beam_search(
     Args:
         initial_ids: (B,) int32 first input ids (bos).
         initial_cache: the step function's cache for batch B (tiled to B*K here, except
-            the "static" entry, which keeps B rows).
+            the "sentence" entry, which keeps B rows, and "constant").
         max_lengths: (B,) int32 longest output per sentence, eos included.
         eos_id: end-of-sequence id.
         beam_size: K (paper: 4); a Python int or a scalar int32 tensor (checked by callers).
@@ -240,8 +262,8 @@ def beam_search(
     max_lengths = tf.convert_to_tensor(max_lengths, tf.int32)
     batch = tf.shape(initial_ids)[0]
     length = tf.maximum(tf.reduce_max(max_lengths), 1)
-    has_static = isinstance(initial_cache, dict) and "static" in initial_cache
-    static, rest = _static_and_rest(initial_cache)  # static: (B, ...), one row per sentence
+    join = _joiner(initial_cache)
+    sentence, _, rest = _split(initial_cache)  # "sentence": (B, ...), one row per sentence
     rest = tf.nest.map_structure(lambda t: tf.repeat(t, k, axis=0), rest)  # (B*K, ...)
     alive_seq = tf.zeros([batch, k, length + 1], tf.int32)
     alive_seq = _write(alive_seq, 0, tf.tile(initial_ids[:, tf.newaxis], [1, k]))
@@ -254,8 +276,8 @@ def beam_search(
     def body(step, out, index, lengths, alive_seq, alive_lp, finished_seq, finished_scores, *c):
         live = tf.shape(index)[0]
         ids = tf.reshape(alive_seq[:, :, step], [-1])
-        logits, cache = step_fn(ids, step, _join(*c, has_static))
-        static, rest = _static_and_rest(cache)
+        logits, cache = step_fn(ids, step, join(*c))
+        sentence, _, rest = _split(cache)
         # the 2K best of the K x V extensions are among the 2K best of each beam's V
         per_beam = tf.minimum(2 * k, tf.shape(logits)[-1])
         row_lp, row_ids = _top_log_probs(logits, step, lengths, eos_id, per_beam, k)
@@ -297,15 +319,15 @@ def beam_search(
         # one gather both reorders the beams and drops the settled sentences
         rows = tf.reshape(gather(beam_origin + k * tf.range(live)[:, tf.newaxis]), [-1])
         rest = tf.nest.map_structure(lambda t: tf.gather(t, rows), rest)
-        static = _shrink_static(static, done, stay)
+        sentence = _shrink_sentences(sentence, done, stay)
         return (step + 1, out, index, lengths, alive_seq, alive_lp, finished_seq,
-                finished_scores, static, rest)  # fmt: skip
+                finished_scores, sentence, rest)  # fmt: skip
 
     def cond(step, out, index, *_):
         return tf.logical_and(step < length, tf.size(index) > 0)
 
     state = (tf.range(batch), max_lengths, alive_seq, alive_lp, finished_seq, finished_scores)
-    state += (static, rest)
+    state += (sentence, rest)
     result = tf.while_loop(
         cond,
         body,

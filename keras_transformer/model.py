@@ -137,46 +137,72 @@ class Transformer(keras.Model):
 
     # -- incremental decoding --------------------------------------------------------------
 
-    def init_cache(self, memory, source_ids, max_length):
-        """Decoder state for `decode_step`.
+    def init_cache(self, memory, source_ids, max_length=None):
+        """Decoder state for `decode_step`, for the B sentences of `memory`.
 
-        Returns a nested dict: "decoder": {"layer_i": {"k", "v"}} self-attention keys and
-        values of shape (B, h, t, d_k / d_v), empty (t = 0) here and one position longer
-        after every `decode_step`; "static": {"memory_mask": (B, 1, 1, S) bool, "cross":
-        {"layer_i": {"k", "v"}}} computed once. Beam search reorders "decoder" and never
-        needs to reorder "static". `max_length` is accepted for compatibility: the cache
-        grows with the output instead of being allocated for the longest one.
+        Returns a nested dict:
+          - "rows": {"slots": (B, 0) int32}, one row per decoded hypothesis: `slots[n, tau]`
+            is which of its sentence's rows wrote, at step tau, the key that hypothesis n
+            attends to (beam search reorders these rows, a few bytes each);
+          - "sentence": one row per sentence, shared by its beams and never reordered:
+            "memory_mask" (B, 1, 1, S) bool; "cross": {"layer_i": {"k", "v"}} computed once;
+            "self": {"layer_i": {"k", "v"}} self-attention keys and values (B, h, t G, d_k /
+            d_v), empty here and G positions longer (one per row) after every step;
+          - "constant": {"output_kernel": (d_model, V)}, the transposed embedding matrix,
+            made once instead of at every step.
+        `max_length` is accepted for compatibility: the cache grows with the output instead
+        of being allocated for the longest one.
         """
         del max_length  # the cache grows one position per step
         cfg = self.config
         batch = tf.shape(memory)[0]
         d_k, d_v = self.decoder.d_k, self.decoder.d_v
 
-        def slots(depth):
+        def empty(depth):
             return tf.zeros([batch, cfg.num_heads, 0, depth], self.compute_dtype)
 
         return {
-            "decoder": {
-                f"layer_{i}": {"k": slots(d_k), "v": slots(d_v)} for i in range(cfg.num_layers)
-            },
-            "static": {
+            "rows": {"slots": tf.zeros([batch, 0], tf.int32)},
+            "sentence": {
                 "memory_mask": masks.key_padding_mask(tf.convert_to_tensor(source_ids, tf.int32)),
                 "cross": self.decoder.project_memory(memory),
+                "self": {
+                    f"layer_{i}": {"k": empty(d_k), "v": empty(d_v)} for i in range(cfg.num_layers)
+                },
             },
+            "constant": {"output_kernel": self.embedding.output_kernel()},
         }
 
     def decode_step(self, ids_t, step, cache):
-        """ids_t (B,) int32 at position `step` -> (logits (B, V) float32, updated cache)."""
-        x = self._embed(tf.convert_to_tensor(ids_t, tf.int32)[:, tf.newaxis], offset=step)
-        x, decoder_cache, _ = self.decoder(
+        """ids_t (N,) int32 at position `step` -> (logits (N, V) float32, updated cache).
+
+        N is the cache's B sentences times G rows each (G consecutive rows per sentence:
+        beam search's beams; G = 1 for one hypothesis per sentence). Each row attends to
+        the keys of its own history (`cache["rows"]["slots"]`), so beam search reorders
+        only "rows" and never copies the keys and values.
+        """
+        ids_t = tf.convert_to_tensor(ids_t, tf.int32)
+        sentence = cache["sentence"]
+        sentences = tf.shape(sentence["memory_mask"])[0]
+        rows = tf.shape(ids_t)[0]
+        slot = tf.range(rows) % (rows // sentences)  # the position of each row in its group
+        slots = tf.concat([cache["rows"]["slots"], slot[:, tf.newaxis]], axis=1)
+        x = self._embed(ids_t[:, tf.newaxis], offset=step)
+        x, self_cache, _ = self.decoder(
             x,
-            memory_mask=cache["static"]["memory_mask"],
-            projected_memory=cache["static"]["cross"],
-            cache=cache["decoder"],
+            self_attention_mask=masks.history_mask(slots, sentences),
+            memory_mask=sentence["memory_mask"],
+            projected_memory=sentence["cross"],
+            cache=sentence["self"],
             step=step,
         )
-        logits = self.embedding.logits(x)[:, 0, :]
-        return logits, {"decoder": decoder_cache, "static": cache["static"]}
+        kernel = cache.get("constant", {}).get("output_kernel")
+        logits = self.embedding.logits(x, kernel=kernel)[:, 0, :]
+        return logits, {
+            **cache,
+            "rows": {"slots": slots},
+            "sentence": {**sentence, "self": self_cache},
+        }
 
     def get_config(self):
         return {**super().get_config(), "config": self.config.to_dict()}

@@ -50,16 +50,16 @@ def test_length_penalty_formula():
 
 
 def second_order_step_fn(table):
-    """logits = table[prev, current] + static bias: the cache (prev token) must follow the
-    beams; the per-sentence "static" bias (one row per sentence, shared by its beams) must
+    """logits = table[prev, current] + a per-sentence bias: the cache (prev token) must follow the
+    beams; the bias, a "sentence" entry (one row per sentence, shared by its beams), must
     follow the sentences as they leave the batch."""
     logits = tf.constant(table, tf.float32)
 
     def step_fn(ids, step, cache):
-        prev, bias = cache["decoder"]["prev"], cache["static"]["bias"]
+        prev, bias = cache["decoder"]["prev"], cache["sentence"]["bias"]
         bias = tf.repeat(bias, tf.shape(ids)[0] // tf.shape(bias)[0], axis=0)  # per beam
         out = tf.gather_nd(logits, tf.stack([prev, ids], axis=1)) + bias
-        return out, {"decoder": {"prev": ids}, "static": cache["static"]}
+        return out, {"decoder": {"prev": ids}, "sentence": cache["sentence"]}
 
     return step_fn
 
@@ -88,7 +88,7 @@ def test_beam_search_equals_brute_force_over_every_sequence(alpha):
     rng = np.random.default_rng(0)
     table = rng.normal(scale=2.0, size=(vocab, vocab, vocab)).astype(np.float32)
     bias = rng.normal(size=(vocab,)).astype(np.float32)
-    cache = {"decoder": {"prev": tf.constant([BOS])}, "static": {"bias": tf.constant([bias])}}
+    cache = {"decoder": {"prev": tf.constant([BOS])}, "sentence": {"bias": tf.constant([bias])}}
     seqs, scores = beam_search(
         second_order_step_fn(table),
         tf.constant([BOS]),
@@ -109,7 +109,7 @@ def test_beam_search_equals_brute_force_over_every_sequence(alpha):
 @pytest.mark.parametrize("search", ["greedy", "beam"])
 def test_batch_equals_sentences_one_by_one(search):
     """Sentences settle at different steps and leave the batch; each one's result (and its
-    per-sentence static cache) must be what it gets alone."""
+    per-sentence cache) must be what it gets alone."""
     rng = np.random.default_rng(3)
     table = rng.normal(scale=1.5, size=(V, V, V)).astype(np.float32)
     bias = rng.normal(scale=2.0, size=(5, V)).astype(np.float32)
@@ -119,7 +119,7 @@ def test_batch_equals_sentences_one_by_one(search):
     def run(rows):
         cache = {
             "decoder": {"prev": tf.fill([len(rows)], BOS)},
-            "static": {"bias": tf.constant(bias[rows])},
+            "sentence": {"bias": tf.constant(bias[rows])},
         }
         args = (second_order_step_fn(table), tf.fill([len(rows)], BOS), cache)
         if search == "greedy":
@@ -140,7 +140,7 @@ def test_batch_equals_sentences_one_by_one(search):
 def test_beam_size_can_be_a_tensor():
     rng = np.random.default_rng(1)
     table = rng.normal(scale=1.5, size=(V, V, V)).astype(np.float32)
-    cache = {"decoder": {"prev": tf.constant([BOS])}, "static": {"bias": tf.zeros([1, V])}}
+    cache = {"decoder": {"prev": tf.constant([BOS])}, "sentence": {"bias": tf.zeros([1, V])}}
     args = (second_order_step_fn(table), tf.constant([BOS]), cache, tf.constant([5]), EOS)
     fn = tf.function(lambda k: beam_search(*args, beam_size=k, alpha=0.6))
     for k in (1, 3):

@@ -1,3 +1,5 @@
+import functools
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -137,19 +139,33 @@ def test_bad_constructor_options_name_the_option(trained, kwargs, name):
     assert info.value.option == name
 
 
-def test_decode_step_shares_the_static_cache_between_beams(trained, translator):
-    """A static cache of B rows, each shared by K consecutive ids (beam search), gives the
-    logits of the same cache copied K times."""
+def test_beams_reordered_by_their_slots_equal_caches_copied_and_gathered(trained, translator):
+    """The self-attention cache of B sentence rows, shared by K beams each and never
+    reordered (each beam reads its own history through the slots), gives the logits of a
+    per-beam cache (the sentence cache copied K times) that is reordered by a gather after
+    every step, as beam search would, with random parents within each sentence."""
     model, _ = trained
     source, _, _ = translator._encode_inputs(tf.constant(SENTENCES))
     cache = model.init_cache(model.encode(source), source, 8)
-    k = 3
-    tiled = tf.nest.map_structure(lambda t: tf.repeat(t, k, axis=0), cache)
-    shared = {"decoder": tiled["decoder"], "static": cache["static"]}
-    ids = tf.constant(
-        np.random.default_rng(0).integers(4, 50, size=(8, len(SENTENCES) * k)), tf.int32
-    )
+    k, batch = 3, len(SENTENCES)
+    rng = np.random.default_rng(0)
+    copied = {
+        **cache,
+        "rows": tf.nest.map_structure(lambda t: tf.repeat(t, k, axis=0), cache["rows"]),
+        "sentence": tf.nest.map_structure(lambda t: tf.repeat(t, k, axis=0), cache["sentence"]),
+    }
+    shared = {**cache, "rows": copied["rows"]}
+    ids = tf.constant(rng.integers(4, 50, size=(8, batch * k)), tf.int32)
     for step in range(8):
-        expected, tiled = model.decode_step(ids[step], step, tiled)
+        expected, copied = model.decode_step(ids[step], step, copied)
         got, shared = model.decode_step(ids[step], step, shared)
         np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+        assert shared["sentence"]["self"]["layer_0"]["k"].shape[0] == batch  # never copied
+        parents = (np.arange(batch)[:, None] * k + rng.integers(0, k, size=(batch, k))).ravel()
+        reorder = functools.partial(tf.nest.map_structure, lambda t, p=parents: tf.gather(t, p))
+        copied = {
+            **copied,
+            "rows": reorder(copied["rows"]),
+            "sentence": reorder(copied["sentence"]),
+        }
+        shared = {**shared, "rows": reorder(shared["rows"])}

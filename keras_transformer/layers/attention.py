@@ -111,11 +111,16 @@ class MultiHeadAttention(keras.layers.Layer):
             each shared by G consecutive query rows (the G beams of a sentence), with
             `attention_mask` of B / G rows too: the queries are grouped per source row
             instead of the keys and values being copied G times.
-        cache: self-attention only, for incremental decoding: {"k": (B, h, t, d_k),
-            "v": (B, h, t, d_v)}, the keys and values of the t = `step` positions decoded
-            so far (t = 0: an empty cache); `query` is then (B, 1, d_model), this step's key
-            and value are appended, and the query attends to all t + 1 of them (no mask:
-            they are all in its past).
+        cache: self-attention only, for incremental decoding: {"k": (R, h, t G, d_k),
+            "v": (R, h, t G, d_v)}, the keys and values of the t = `step` positions decoded
+            so far (t = 0: an empty cache), with R = B / G rows, each shared by G
+            consecutive query rows (the G beams of a sentence): position tau G + g holds
+            what query row g of the group wrote at step tau. `query` is then
+            (B, 1, d_model); this step's G keys and values of each group are appended, and
+            each query attends to the positions that `attention_mask` allows, (R, 1, G,
+            (t + 1) G): its own hypothesis' past, since beam search reorders the beams
+            without moving the cache. With G = 1 (one row per query) the mask may be None:
+            every cached position is in the query's past.
         step: scalar int, the position being decoded (with `cache` only).
         training: dropout on or off.
 
@@ -186,15 +191,35 @@ class MultiHeadAttention(keras.layers.Layer):
             out = tf.nn.bias_add(out, tf.cast(bias, x.dtype))
         return out
 
-    def _split_heads(self, flat, batch, length, depths):
-        """(B*T, h * sum(depths)) -> one (B, h, T, depth) tensor per depth."""
+    def _split_heads(self, flat, batch, length, depths, rows=None):
+        """(B*T, h * sum(depths)) -> one (B, h, T, depth) tensor per depth.
+
+        With `rows` = R (grouped attention, B = R G): one (R, h, G T, depth) tensor per
+        depth instead, the G consecutive rows of each group side by side (row g's T
+        positions at g T ... g T + T - 1), still with one transpose.
+        """
         h = self.num_heads
-        if len(set(depths)) == 1:  # equal depths: one reshape and one transpose for all
-            x = tf.reshape(flat, [batch, length, len(depths), h, depths[0]])
-            return tf.unstack(tf.transpose(x, [2, 0, 3, 1, 4]))
+        n = len(depths)
+        if rows is None:
+            if len(set(depths)) == 1:  # equal depths: one reshape and one transpose for all
+                x = tf.reshape(flat, [batch, length, n, h, depths[0]])
+                return tf.unstack(tf.transpose(x, [2, 0, 3, 1, 4]))
+            parts = tf.split(flat, [h * depth for depth in depths], axis=-1)
+            return [
+                tf.transpose(tf.reshape(part, [batch, length, h, depth]), [0, 2, 1, 3])
+                for part, depth in zip(parts, depths)
+            ]
+        group = batch // rows
+        if len(set(depths)) == 1:
+            x = tf.reshape(flat, [rows, group, length, n, h, depths[0]])
+            x = tf.transpose(x, [3, 0, 4, 1, 2, 5])  # (n, R, h, G, T, depth)
+            return tf.unstack(tf.reshape(x, [n, rows, h, group * length, depths[0]]))
         parts = tf.split(flat, [h * depth for depth in depths], axis=-1)
         return [
-            tf.transpose(tf.reshape(part, [batch, length, h, depth]), [0, 2, 1, 3])
+            tf.reshape(
+                tf.transpose(tf.reshape(part, [rows, group, length, h, depth]), [0, 3, 1, 2, 4]),
+                [rows, h, group * length, depth],
+            )
             for part, depth in zip(parts, depths)
         ]
 
@@ -225,27 +250,18 @@ class MultiHeadAttention(keras.layers.Layer):
                     "cross-attention needs exactly one of `memory` and `projected_memory`"
                 )
 
-    @staticmethod
-    def _append_cache(cache, k, v):
-        """The (B, h, t, d) cache with this step's (B, h, 1, d) key/value appended: each step
-        then costs O(t), not O(L) for a fixed L-slot cache written with a mask, and the
-        attention runs over the t + 1 real keys only."""
-        return {
-            "k": tf.concat([cache["k"], tf.cast(k, cache["k"].dtype)], axis=2),
-            "v": tf.concat([cache["v"], tf.cast(v, cache["v"].dtype)], axis=2),
-        }
-
-    def _grouped(self, q, k, v, attention_mask, training):
-        """Attention of q (B, h, T, d_k) over k, v of R = B / G rows, each shared by G
-        consecutive query rows: (context (B, T, h, d_v), weights (B, h, T, S))."""
-        batch, length = tf.shape(q)[0], tf.shape(q)[2]
+    def _grouped(self, q, k, v, attention_mask, training, batch, length):
+        """Attention of grouped queries q (R, h, G T, d_k) (from `_split_heads` with
+        `rows`) over k, v of R rows, each shared by the G = B / R consecutive query rows of
+        a group: (context (B, T, h, d_v), weights (B, h, T, S) or None when the layer does
+        not return them)."""
         rows, h = tf.shape(k)[0], self.num_heads
         group = batch // rows
-        q = tf.reshape(q, [rows, group, h, length, self.d_k])
-        q = tf.reshape(tf.transpose(q, [0, 2, 1, 3, 4]), [rows, h, group * length, self.d_k])
         context, weights = self.attention(q, k, v, attention_mask, training=training)
         context = tf.reshape(context, [rows, h, group, length, self.d_v])
         context = tf.reshape(tf.transpose(context, [0, 2, 3, 1, 4]), [batch, length, h, self.d_v])
+        if not self.return_attention_scores:
+            return context, None
         weights = tf.reshape(weights, [rows, h, group, length, -1])
         weights = tf.reshape(tf.transpose(weights, [0, 2, 1, 3, 4]), [batch, h, length, -1])
         return context, weights
@@ -263,21 +279,33 @@ class MultiHeadAttention(keras.layers.Layer):
         self._check_arguments(memory, projected_memory, cache, step)
         shape = tf.shape(query)
         batch, length = shape[0], shape[1]
+        # grouped: the keys and values have R = B / G rows (a decoding cache, or a
+        # projected memory shared by the beams of a sentence), and q is split into groups
+        kv = cache if cache is not None else projected_memory
+        rows = None if kv is None else tf.shape(kv["k"])[0]
         if self.self_attention:
             flat = self._dense(query, self.qkv_kernel, self.qkv_bias)
-            q, k, v = self._split_heads(flat, batch, length, (self.d_k, self.d_k, self.d_v))
+            q, k, v = self._split_heads(
+                flat, batch, length, (self.d_k, self.d_k, self.d_v), rows=rows
+            )
             if cache is not None:
-                cache = self._append_cache(cache, k, v)
+                # append this step's G keys/values of each group as positions t G ... t G +
+                # G - 1: O(t) per step, not O(L) as a fixed L-slot cache written with a mask,
+                # the attention runs over the decoded positions only, and beam search never
+                # has to reorder (copy) the cache
+                cache = {
+                    name: tf.concat([cache[name], tf.cast(new, cache[name].dtype)], axis=2)
+                    for name, new in (("k", k), ("v", v))
+                }
                 k, v = cache["k"], cache["v"]
-                attention_mask = None  # every cached position is in the query's past
         else:
             flat = self._dense(query, self.q_kernel, self.q_bias)
-            (q,) = self._split_heads(flat, batch, length, (self.d_k,))
+            (q,) = self._split_heads(flat, batch, length, (self.d_k,), rows=rows)
             kv = projected_memory if projected_memory is not None else self.project_memory(memory)
             k, v = kv["k"], kv["v"]
         k, v = tf.cast(k, q.dtype), tf.cast(v, q.dtype)
-        if projected_memory is not None:
-            context, weights = self._grouped(q, k, v, attention_mask, training)
+        if rows is not None:
+            context, weights = self._grouped(q, k, v, attention_mask, training, batch, length)
         else:
             context, weights = self.attention(q, k, v, attention_mask, training=training)
             context = tf.transpose(context, [0, 2, 1, 3])  # (B, T, h, d_v)

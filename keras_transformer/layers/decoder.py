@@ -23,12 +23,15 @@ class DecoderLayer(BlockLayer):
     Call arguments:
         inputs: (B, T, d_model).
         memory: (B, S, d_model) encoder output; None when `projected_memory` is given.
-        self_attention_mask: bool (1, 1, T, T) causal mask (not used with a `cache`).
+        self_attention_mask: bool (1, 1, T, T) causal mask; with a `cache` of R = B / G
+            rows, the (R, 1, G, (t + 1) G) mask of each beam's own past, or None if G = 1
+            (see `MultiHeadAttention`).
         memory_mask: bool (B, 1, 1, S), True on real source tokens.
         projected_memory: {"k", "v"} (B, h, S, d_k / d_v) from
             `cross_attention.sublayer.project_memory(memory)`, instead of `memory`.
-        cache: self-attention {"k": (B, h, t, d_k), "v": (B, h, t, d_v)} for incremental
-            decoding; T must be 1.
+        cache: self-attention {"k": (R, h, t G, d_k), "v": (R, h, t G, d_v)} for
+            incremental decoding, R = B / G rows each shared by G consecutive rows (the
+            beams of a sentence; G = 1 without beams); T must be 1.
         step: scalar int position being decoded (with `cache` only).
         training: dropout on or off.
 
@@ -61,7 +64,11 @@ class DecoderLayer(BlockLayer):
         else:  # a tensor step: nested sublayer arguments must all be tensors
             step = step if step is None else tf.convert_to_tensor(step, tf.int32)
             x, cache, self_weights = self.self_attention(
-                inputs, cache=cache, step=step, training=training
+                inputs,
+                attention_mask=self_attention_mask,
+                cache=cache,
+                step=step,
+                training=training,
             )
         x, cross_weights = self.cross_attention(
             x,
@@ -87,11 +94,12 @@ class Decoder(StackLayer):
     Call arguments:
         inputs: (B, T, d_model) embedded target (positions added).
         memory: (B, S, d_model), or None with `projected_memory`.
-        self_attention_mask: bool (1, 1, T, T) causal mask.
+        self_attention_mask: bool (1, 1, T, T) causal mask, or with a `cache` the mask of
+            `DecoderLayer`.
         memory_mask: bool (B, 1, 1, S).
         projected_memory: {"layer_i": {"k", "v"}} from `project_memory(memory)`.
-        cache: {"layer_i": {"k", "v"}} self-attention keys/values (B, h, t, d_k / d_v); T must
-            be 1.
+        cache: {"layer_i": {"k", "v"}} self-attention keys/values (R, h, t G, d_k / d_v), as
+            in `DecoderLayer`; T must be 1.
         step: scalar int position being decoded (with `cache` only).
         training: dropout on or off.
 

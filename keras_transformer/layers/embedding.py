@@ -58,11 +58,22 @@ class SharedEmbedding(keras.layers.Layer):
             x = x * tf.cast(math.sqrt(self.d_model), x.dtype)
         return x
 
-    def logits(self, x):
-        """(..., d_model) -> (..., V) float32 logits, x @ E^T."""
+    def output_kernel(self, dtype=None):
+        """E^T, (d_model, V) in `dtype` (default: the compute dtype), for `logits`."""
+        return tf.transpose(tf.cast(self.embeddings, dtype or self.compute_dtype))
+
+    def logits(self, x, kernel=None):
+        """(..., d_model) -> (..., V) float32 logits, x @ E^T.
+
+        `kernel`: E^T from `output_kernel()`, for callers that project many times with the
+        same weights (a decoding loop): a plain matmul with a transposed copy made once is
+        faster than a matmul that transposes E on every call.
+        """
         flat = tf.reshape(x, [-1, self.d_model])
-        kernel = tf.cast(self.embeddings, flat.dtype)
-        out = tf.matmul(flat, kernel, transpose_b=True)
+        if kernel is None:
+            out = tf.matmul(flat, tf.cast(self.embeddings, flat.dtype), transpose_b=True)
+        else:
+            out = tf.matmul(flat, tf.cast(kernel, flat.dtype))
         out = tf.reshape(out, tf.concat([tf.shape(x)[:-1], [self.vocab_size]], 0))
         return tf.cast(out, tf.float32)
 

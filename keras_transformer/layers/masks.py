@@ -32,6 +32,18 @@ def step_mask(step: tf.Tensor | int, max_length: tf.Tensor | int) -> tf.Tensor:
     return (tf.range(max_length) <= step)[tf.newaxis, tf.newaxis, tf.newaxis, :]
 
 
+def history_mask(slots: tf.Tensor, groups: tf.Tensor | int) -> tf.Tensor:
+    """(N, t) int32 slots -> (R, 1, G, t G) bool, R = `groups`, G = N / R: for incremental
+    decoding with a cache shared by G consecutive rows (the beams of a sentence), where
+    position tau G + g holds what row g of the group wrote at step tau and `slots[n, tau]`
+    is the g whose key row n's hypothesis wrote at step tau (its own history, as beam
+    search reorders the beams). True where query row n may attend."""
+    slots = tf.convert_to_tensor(slots, tf.int32)
+    group = tf.shape(slots)[0] // groups
+    allowed = tf.equal(slots[:, :, tf.newaxis], tf.range(group))  # (N, t, G)
+    return tf.reshape(allowed, [groups, 1, group, -1])
+
+
 def large_negative(dtype: tf.DType) -> float:
     """A finite "minus infinity" that is safe in `dtype` (never -1e9 in float16)."""
     dtype = tf.as_dtype(dtype)

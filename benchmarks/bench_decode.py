@@ -3,8 +3,8 @@
     python benchmarks/bench_decode.py            # pip install -e ".[bench]" for CTranslate2
 
 Small preset (vocab 8000) with random weights (fixed seed), 64 source sentences of 20
-tokens, exactly 30 decoding steps (eos is suppressed before the last step, where it is
-forced). Decoders, one after the other in the same run:
+tokens, exactly 30 decoding steps (eos is not a candidate before the last step, where it is
+forced: the search's min_length, as CTranslate2's min_decoding_length). Decoders:
   - uncached: every step re-runs the whole model on the prefix (the TF tutorial's way);
   - cached (Python): `beam_search` over `Transformer.decode_step` in one `tf.function`;
   - cached (SavedModel): the same function exported with ExportArchive and reloaded, at
@@ -140,7 +140,7 @@ def w3():
     import tensorflow as tf
 
     import keras_transformer as kt
-    from keras_transformer.decoding import NEG_INF, beam_search
+    from keras_transformer.decoding import beam_search
 
     keras.utils.set_random_seed(0)
     cfg = kt.TransformerConfig.preset("small", vocab_size=VOCAB)
@@ -149,32 +149,19 @@ def w3():
     rng = np.random.default_rng(0)
     source = tf.constant(rng.integers(4, VOCAB, size=(BATCH, SRC_LEN)).astype("int32"))
 
-    def exactly(step_fn):
-        """Suppress eos before the last step so every hypothesis runs STEPS steps: the eos
-        column is overwritten (as CTranslate2's min_decoding_length does), not the whole
-        (N, V) logits rewritten."""
-
-        def wrapped(ids, step, cache):
-            logits, cache = step_fn(ids, step, cache)
-            rows = tf.shape(logits)[0]
-            eos = tf.where(step >= STEPS - 1, logits[:, EOS], NEG_INF)
-            where = tf.stack([tf.range(rows), tf.fill([rows], EOS)], axis=1)
-            return tf.tensor_scatter_nd_update(logits, where, eos), cache
-
-        return wrapped
-
     def cached(src, beam=BEAM):
         memory = model.encode(src)
         cache = model.init_cache(memory, src, STEPS)
         batch = tf.shape(src)[0]
         return beam_search(
-            exactly(model.decode_step),
+            model.decode_step,
             tf.fill([batch], 2),
             cache,
             tf.fill([batch], STEPS),
             EOS,
             beam_size=beam,
             alpha=0.6,
+            min_length=STEPS,
         )
 
     def uncached(src):
@@ -192,7 +179,7 @@ def w3():
         }
         bos, max_lengths = tf.fill([BATCH], 2), tf.fill([BATCH], STEPS)
         return beam_search(
-            exactly(step_fn), bos, cache, max_lengths, EOS, beam_size=BEAM, alpha=0.6
+            step_fn, bos, cache, max_lengths, EOS, beam_size=BEAM, alpha=0.6, min_length=STEPS
         )
 
     return cfg, model, source, cached, uncached

@@ -69,12 +69,15 @@ def _row_top_k(logits, count):
     return values, ids, tf.reduce_max(block_max, axis=-1, keepdims=True)
 
 
-def _top_log_probs(logits, step, max_lengths, eos_id, count, repeat):
+def _top_log_probs(logits, step, max_lengths, eos_id, count, repeat, min_length=None):
     """The `count` most probable next tokens of every row: (log-probs (N, count) float32,
     ids (N, count) int32), best first.
 
     Where step + 1 reaches the sentence's max length only eos is allowed: its log-prob comes
-    first, the other entries are NEG_INF. Log-probabilities are logits - logsumexp(logits)
+    first, the other entries are NEG_INF. Before `min_length` (step + 1 < min_length) eos
+    is not a candidate: the top count + 1 are formed and eos dropped from them, as
+    CTranslate2's min_decoding_length disables eos after the log-softmax (so the other
+    tokens' log-probabilities are not renormalized). Log-probabilities are logits - logsumexp(logits)
     in float32; only the top `count` of each row are ever formed (the full (N, V) log-softmax
     and masking would be four more passes over the largest tensor of the step).
     logsumexp = max + log(sum(exp(logits - max))) is read off the fused softmax op (one
@@ -82,9 +85,13 @@ def _top_log_probs(logits, step, max_lengths, eos_id, count, repeat):
     1 / sum(exp(logits - max)), and it is >= 1 / V, so its log is well conditioned.
     """
     logits = tf.cast(logits, tf.float32)
-    top_logits, top_ids, row_max = _row_top_k(logits, count)
+    top_logits, top_ids, row_max = _row_top_k(logits, count if min_length is None else count + 1)
     max_prob = tf.gather(tf.nn.softmax(logits), top_ids[:, :1], batch_dims=1)  # (N, 1)
     normalizer = row_max - tf.math.log(max_prob)  # logsumexp (N, 1)
+    if min_length is not None:
+        banned = tf.logical_and(tf.equal(top_ids, eos_id), step + 1 < min_length)
+        top_logits, keep = tf.math.top_k(tf.where(banned, NEG_INF, top_logits), k=count)
+        top_ids = tf.gather(top_ids, keep, batch_dims=1)
     top_lp = top_logits - normalizer
     eos_lp = logits[:, eos_id : eos_id + 1] - normalizer  # (N, 1)
     first = tf.equal(tf.range(count), 0)[tf.newaxis, :]
@@ -167,7 +174,9 @@ def _shrink_sentences(sentence, done, stay):
     return tf.cond(tf.reduce_any(done), shrink, lambda: sentence)
 
 
-def greedy_search(step_fn, initial_ids, initial_cache, max_lengths, eos_id: int):
+def greedy_search(
+    step_fn, initial_ids, initial_cache, max_lengths, eos_id: int, *, min_length=None
+):
     """Most probable token at every step; a sentence leaves the batch at its eos.
 
     Args:
@@ -175,6 +184,8 @@ def greedy_search(step_fn, initial_ids, initial_cache, max_lengths, eos_id: int)
         initial_cache: the step function's cache for batch B.
         max_lengths: (B,) int32 longest output per sentence, eos included.
         eos_id: end-of-sequence id.
+        min_length: shortest output, eos included (eos is not a candidate before it);
+            None: no minimum.
 
     Returns:
         (sequences (B, L) int32 without bos, eos included, 0 after; log-probs (B,) float32).
@@ -191,7 +202,7 @@ def greedy_search(step_fn, initial_ids, initial_cache, max_lengths, eos_id: int)
     def body(step, out, index, lengths, sequences, scores, sentence, rest):
         logits, cache = step_fn(sequences[:, step], step, join(sentence, rest))
         sentence, _, rest = _split(cache)
-        token_lp, token = _top_log_probs(logits, step, lengths, eos_id, 1, 1)
+        token_lp, token = _top_log_probs(logits, step, lengths, eos_id, 1, 1, min_length)
         token, scores = token[:, 0], scores + token_lp[:, 0]
         sequences = _write(sequences, step + 1, token)
         done = tf.equal(token, eos_id)
@@ -230,6 +241,7 @@ def beam_search(
     *,
     beam_size=BEAM_SIZE,
     alpha=ALPHA,
+    min_length=None,
 ):
     """Beam search with GNMT length normalization and early stopping.
 
@@ -249,6 +261,8 @@ def beam_search(
         eos_id: end-of-sequence id.
         beam_size: K (paper: 4); a Python int or a scalar int32 tensor (checked by callers).
         alpha: length-penalty exponent (paper: 0.6), >= 0; a float or a scalar tensor.
+        min_length: shortest output, eos included (eos is not a candidate before it, as
+            CTranslate2's min_decoding_length); None (the default): no minimum.
 
     Returns:
         (sequences (B, K, L) int32 best first, without bos, eos included, 0 after;
@@ -280,7 +294,7 @@ def beam_search(
         sentence, _, rest = _split(cache)
         # the 2K best of the K x V extensions are among the 2K best of each beam's V
         per_beam = tf.minimum(2 * k, tf.shape(logits)[-1])
-        row_lp, row_ids = _top_log_probs(logits, step, lengths, eos_id, per_beam, k)
+        row_lp, row_ids = _top_log_probs(logits, step, lengths, eos_id, per_beam, k, min_length)
         candidates = alive_lp[:, :, tf.newaxis] + tf.reshape(row_lp, [live, k, per_beam])
         top_lp, top_index = tf.math.top_k(tf.reshape(candidates, [live, -1]), k=2 * k)  # (b, 2K)
         origin = top_index // per_beam

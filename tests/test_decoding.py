@@ -211,3 +211,30 @@ def test_two_stage_top_k_equals_top_k(vocab, count):
     np.testing.assert_array_equal(np.take_along_axis(logits, ids.numpy(), 1), values)
     assert all(len(set(row)) == count for row in ids.numpy().tolist())
     np.testing.assert_array_equal(row_max[:, 0], logits.max(-1))
+
+
+@pytest.mark.parametrize("search", ["greedy", "beam"])
+def test_min_length_keeps_eos_out_until_then_without_renormalizing(search):
+    """eos is not a candidate before min_length; the other tokens keep their own
+    log-probabilities (eos is dropped after the log-softmax, as CTranslate2 does)."""
+    probs = np.full((V, V), 1e-6)
+    probs[BOS, [EOS, A]] = [0.7, 0.3]
+    probs[A, [EOS, B]] = [0.9, 0.1]
+    probs[B, EOS] = 1.0
+    step_fn = table_step_fn(probs)
+    lp = np.log(probs + 1e-12)
+    expected = {
+        None: ([EOS], lp[BOS, EOS]),
+        2: ([A, EOS], lp[BOS, A] + lp[A, EOS]),
+        3: ([A, B, EOS], lp[BOS, A] + lp[A, B] + lp[B, EOS]),
+    }
+    for min_length, (tokens, score) in expected.items():
+        args = (step_fn, tf.constant([BOS]), {}, tf.constant([5]), EOS)
+        if search == "greedy":
+            seqs, scores = greedy_search(*args, min_length=min_length)
+        else:
+            seqs, scores = beam_search(*args, beam_size=2, alpha=0.0, min_length=min_length)
+            seqs, scores = seqs[:, 0], scores[:, 0]
+        np.testing.assert_array_equal(seqs[0, : len(tokens)], tokens)
+        assert not np.any(seqs[0, len(tokens) :])
+        assert float(scores[0]) == pytest.approx(score, abs=1e-4)

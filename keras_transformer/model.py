@@ -146,8 +146,9 @@ class Transformer(keras.Model):
             attends to (beam search reorders these rows, a few bytes each);
           - "sentence": one row per sentence, shared by its beams and never reordered:
             "memory_mask" (B, 1, 1, S) bool; "cross": {"layer_i": {"k", "v"}} computed once;
-            "self": {"layer_i": {"k", "v"}} self-attention keys and values (B, h, t G, d_k /
-            d_v), empty here and G positions longer (one per row) after every step;
+            "self": {"layer_i": {"k", "v", "recent_k", "recent_v"}} self-attention keys and
+            values (B, h, t G, d_k / d_v) in two blocks (see `MultiHeadAttention`), empty
+            here and G positions longer (one per row) after every step;
           - "constant": {"output_kernel": (d_model, V)}, the transposed embedding matrix,
             made once instead of at every step.
         `max_length` is accepted for compatibility: the cache grows with the output instead
@@ -167,7 +168,13 @@ class Transformer(keras.Model):
                 "memory_mask": masks.key_padding_mask(tf.convert_to_tensor(source_ids, tf.int32)),
                 "cross": self.decoder.project_memory(memory),
                 "self": {
-                    f"layer_{i}": {"k": empty(d_k), "v": empty(d_v)} for i in range(cfg.num_layers)
+                    f"layer_{i}": {
+                        "k": empty(d_k),
+                        "v": empty(d_v),
+                        "recent_k": empty(d_k),
+                        "recent_v": empty(d_v),
+                    }
+                    for i in range(cfg.num_layers)
                 },
             },
             "constant": {"output_kernel": self.embedding.output_kernel()},

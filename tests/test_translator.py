@@ -146,7 +146,7 @@ def test_beams_reordered_by_their_slots_equal_caches_copied_and_gathered(trained
     every step, as beam search would, with random parents within each sentence."""
     model, _ = trained
     source, _, _ = translator._encode_inputs(tf.constant(SENTENCES))
-    cache = model.init_cache(model.encode(source), source, 8)
+    cache = model.init_cache(model.encode(source), source, 12)
     k, batch = 3, len(SENTENCES)
     rng = np.random.default_rng(0)
     copied = {
@@ -155,8 +155,9 @@ def test_beams_reordered_by_their_slots_equal_caches_copied_and_gathered(trained
         "sentence": tf.nest.map_structure(lambda t: tf.repeat(t, k, axis=0), cache["sentence"]),
     }
     shared = {**cache, "rows": copied["rows"]}
-    ids = tf.constant(rng.integers(4, 50, size=(8, batch * k)), tf.int32)
-    for step in range(8):
+    steps = 12  # past a move of the recent cache block into the main one (RECENT_STEPS 8)
+    ids = tf.constant(rng.integers(4, 50, size=(steps, batch * k)), tf.int32)
+    for step in range(steps):
         expected, copied = model.decode_step(ids[step], step, copied)
         got, shared = model.decode_step(ids[step], step, shared)
         np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)

@@ -12,6 +12,8 @@ import tensorflow as tf
 
 from keras_transformer.layers import masks
 
+RECENT_STEPS = 8  # decoding steps a cache's recent block holds before it joins the main one
+
 
 def head_depths(d_model: int, num_heads: int, d_k: int | None, d_v: int | None):
     """(d_k, d_v) per head, each d_model / h unless given; a clear error if impossible."""
@@ -45,8 +47,10 @@ class ScaledDotProductAttention(keras.layers.Layer):
 
     Call arguments:
         query: (B, h, T, d_k).
-        key: (B, h, S, d_k).
-        value: (B, h, S, d_v).
+        key: (B, h, S, d_k), or a list of blocks (B, h, S_i, d_k) that make the S keys
+            together, in order (a decoding cache kept in two blocks): the scores of each
+            block are formed apart, so the blocks are never copied into one tensor.
+        value: (B, h, S, d_v), or a list of blocks as `key`.
         attention_mask: bool broadcastable to (B, h, T, S), True where allowed, or None.
         training: dropout on or off.
 
@@ -68,14 +72,20 @@ class ScaledDotProductAttention(keras.layers.Layer):
         self.built = True
 
     def call(self, query, key, value, attention_mask=None, training=None):
+        keys = list(key) if isinstance(key, (list, tuple)) else [key]
+        values = list(value) if isinstance(value, (list, tuple)) else [value]
         depth = tf.cast(tf.shape(query)[-1], query.dtype)
         query = query * tf.math.rsqrt(depth)  # scale the smaller tensor
-        scores = tf.cast(tf.matmul(query, key, transpose_b=True), tf.float32)  # (B, h, T, S)
+        scores = [tf.cast(tf.matmul(query, k, transpose_b=True), tf.float32) for k in keys]
+        scores = scores[0] if len(scores) == 1 else tf.concat(scores, axis=-1)  # (B, h, T, S)
         if attention_mask is not None:
             scores += masks.attention_bias(attention_mask, tf.float32)
         weights = tf.nn.softmax(scores, axis=-1)
-        dropped = self.dropout(tf.cast(weights, value.dtype), training=training)
-        return tf.matmul(dropped, value), weights
+        dropped = self.dropout(tf.cast(weights, values[0].dtype), training=training)
+        if len(values) == 1:
+            return tf.matmul(dropped, values[0]), weights
+        blocks = tf.split(dropped, [tf.shape(k)[2] for k in keys], axis=-1)
+        return tf.add_n([tf.matmul(w, v) for w, v in zip(blocks, values)]), weights
 
     def get_config(self):
         return {**super().get_config(), "attention_dropout": self.attention_dropout}
@@ -120,7 +130,11 @@ class MultiHeadAttention(keras.layers.Layer):
             each query attends to the positions that `attention_mask` allows, (R, 1, G,
             (t + 1) G): its own hypothesis' past, since beam search reorders the beams
             without moving the cache. With G = 1 (one row per query) the mask may be None:
-            every cached position is in the query's past.
+            every cached position is in the query's past. The cache may also hold
+            "recent_k" and "recent_v": then the positions are kept in two blocks, "k"/"v"
+            followed by the last steps in "recent_k"/"recent_v"; a step appends to the
+            recent block only (a copy of at most RECENT_STEPS steps instead of all t), and
+            every RECENT_STEPS steps the recent block moves to the end of the main one.
         step: scalar int, the position being decoded (with `cache` only).
         training: dropout on or off.
 
@@ -250,13 +264,34 @@ class MultiHeadAttention(keras.layers.Layer):
                     "cross-attention needs exactly one of `memory` and `projected_memory`"
                 )
 
-    def _grouped(self, q, k, v, attention_mask, training, batch, length):
+    @staticmethod
+    def _append(cache, k, v, group):
+        """Append this step's (R, h, G, d) keys/values as positions t G ... t G + G - 1:
+        O(t) per step, not O(L) as a fixed L-slot cache written with a mask; the attention
+        runs over the decoded positions only, and beam search never has to reorder (copy)
+        the cache. -> (keys, values: a tensor or the [main, recent] blocks, new cache)."""
+        k, v = tf.cast(k, cache["k"].dtype), tf.cast(v, cache["v"].dtype)
+        if "recent_k" not in cache:
+            cache = {"k": tf.concat([cache["k"], k], 2), "v": tf.concat([cache["v"], v], 2)}
+            return cache["k"], cache["v"], cache
+        recent_k = tf.concat([cache["recent_k"], k], 2)
+        recent_v = tf.concat([cache["recent_v"], v], 2)
+        blocks = [cache["k"], recent_k], [cache["v"], recent_v]
+
+        def move():  # the recent block joins the main one, and starts again empty
+            return (tf.concat(blocks[0], 2), tf.concat(blocks[1], 2),
+                    recent_k[:, :, :0], recent_v[:, :, :0])  # fmt: skip
+
+        full = tf.shape(recent_k)[2] >= RECENT_STEPS * group
+        moved = tf.cond(full, move, lambda: (cache["k"], cache["v"], recent_k, recent_v))
+        return (*blocks, dict(zip(("k", "v", "recent_k", "recent_v"), moved)))
+
+    def _grouped(self, q, k, v, attention_mask, training, batch, length, rows):
         """Attention of grouped queries q (R, h, G T, d_k) (from `_split_heads` with
-        `rows`) over k, v of R rows, each shared by the G = B / R consecutive query rows of
-        a group: (context (B, T, h, d_v), weights (B, h, T, S) or None when the layer does
-        not return them)."""
-        rows, h = tf.shape(k)[0], self.num_heads
-        group = batch // rows
+        `rows` = R) over k, v of R rows (tensors or lists of blocks), each shared by the
+        G = B / R consecutive query rows of a group: (context (B, T, h, d_v), weights
+        (B, h, T, S) or None when the layer does not return them)."""
+        h, group = self.num_heads, batch // rows
         context, weights = self.attention(q, k, v, attention_mask, training=training)
         context = tf.reshape(context, [rows, h, group, length, self.d_v])
         context = tf.reshape(tf.transpose(context, [0, 2, 3, 1, 4]), [batch, length, h, self.d_v])
@@ -289,23 +324,15 @@ class MultiHeadAttention(keras.layers.Layer):
                 flat, batch, length, (self.d_k, self.d_k, self.d_v), rows=rows
             )
             if cache is not None:
-                # append this step's G keys/values of each group as positions t G ... t G +
-                # G - 1: O(t) per step, not O(L) as a fixed L-slot cache written with a mask,
-                # the attention runs over the decoded positions only, and beam search never
-                # has to reorder (copy) the cache
-                cache = {
-                    name: tf.concat([cache[name], tf.cast(new, cache[name].dtype)], axis=2)
-                    for name, new in (("k", k), ("v", v))
-                }
-                k, v = cache["k"], cache["v"]
+                k, v, cache = self._append(cache, k, v, batch // rows)
         else:
             flat = self._dense(query, self.q_kernel, self.q_bias)
             (q,) = self._split_heads(flat, batch, length, (self.d_k,), rows=rows)
             kv = projected_memory if projected_memory is not None else self.project_memory(memory)
             k, v = kv["k"], kv["v"]
-        k, v = tf.cast(k, q.dtype), tf.cast(v, q.dtype)
+        k, v = tf.nest.map_structure(lambda t: tf.cast(t, q.dtype), (k, v))
         if rows is not None:
-            context, weights = self._grouped(q, k, v, attention_mask, training, batch, length)
+            context, weights = self._grouped(q, k, v, attention_mask, training, batch, length, rows)
         else:
             context, weights = self.attention(q, k, v, attention_mask, training=training)
             context = tf.transpose(context, [0, 2, 1, 3])  # (B, T, h, d_v)

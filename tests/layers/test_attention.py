@@ -3,6 +3,7 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer.layers import MultiHeadAttention, ScaledDotProductAttention, masks
+from keras_transformer.layers.attention import RECENT_STEPS
 from tests.layer_test import run_layer_test
 from tests.layers import reference
 
@@ -121,6 +122,34 @@ def test_cached_self_attention_equals_causal_full_attention(scores):
             assert weights.shape == (2, 3, 1, t + 1)  # the t + 1 positions decoded so far
             np.testing.assert_allclose(weights.sum(-1), 1.0, rtol=1e-5)
         np.testing.assert_allclose(out.numpy()[:, 0], full[:, t], rtol=1e-5, atol=1e-5)
+
+
+def test_key_blocks_equal_their_concatenation():
+    split = [K[:, :, :2], K[:, :, 2:]], [V[:, :, :2], V[:, :, 2:]]
+    mask = masks.key_padding_mask(tf.constant(SRC))
+    layer = ScaledDotProductAttention()
+    out, weights = layer(Q, *split, attention_mask=mask)
+    expected, expected_weights = layer(Q, K, V, attention_mask=mask)
+    np.testing.assert_allclose(out, expected, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(weights, expected_weights, rtol=1e-6, atol=1e-7)
+
+
+def test_two_block_cache_equals_causal_full_attention_across_moves():
+    """A cache in a main and a recent block: the recent block moves into the main one every
+    RECENT_STEPS steps, and every step still equals full causal attention."""
+    steps = RECENT_STEPS + 4
+    x = RNG.normal(size=(2, steps, 12)).astype(np.float32)
+    layer = MultiHeadAttention(num_heads=3, d_model=12)
+    full = layer(x, attention_mask=masks.causal_mask(steps)).numpy()
+    empty = tf.zeros([2, 3, 0, 4])
+    cache = {"k": empty, "v": empty, "recent_k": empty, "recent_v": empty}
+    for t in range(steps):
+        out, cache = layer(x[:, t : t + 1], cache=cache, step=t)
+        main, recent = cache["k"].shape[2], cache["recent_k"].shape[2]
+        assert main + recent == t + 1 and main % RECENT_STEPS == 0
+        assert recent < RECENT_STEPS
+        np.testing.assert_allclose(out.numpy()[:, 0], full[:, t], rtol=1e-5, atol=1e-5)
+    assert cache["k"].shape[2] == RECENT_STEPS  # it moved once
 
 
 def test_cached_cross_attention_equals_uncached():

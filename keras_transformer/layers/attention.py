@@ -316,8 +316,8 @@ class MultiHeadAttention(keras.layers.Layer):
         batch, length = shape[0], shape[1]
         # grouped: the keys and values have R = B / G rows (a decoding cache, or a
         # projected memory shared by the beams of a sentence), and q is split into groups
-        kv = cache if cache is not None else projected_memory
-        rows = None if kv is None else tf.shape(kv["k"])[0]
+        shared = cache if cache is not None else projected_memory
+        rows = None if shared is None else tf.shape(shared["k"])[0]
         if self.self_attention:
             flat = self._dense(query, self.qkv_kernel, self.qkv_bias)
             q, k, v = self._split_heads(

@@ -1,0 +1,91 @@
+"""Every command's bad inputs, one table: exit 2, one line naming the thing, no traceback,
+no file of an earlier run changed (the contract in tests/cli_contract.py)."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from tests.cli_contract import (
+    Case,
+    assert_clean_failure,
+    assert_unchanged,
+    run_command,
+    snapshot,
+)
+from tests.run_fixture import make_run
+
+
+def write(relative: str, text: str):
+    """A setup step: writes `text` to `{tmp}/relative`."""
+
+    def setup(tmp):
+        path = tmp / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+    return setup
+
+
+CASES = [
+    # ---- train.py
+    Case(
+        "train-negative-steps",
+        ("train.py", "--model-dir", "{tmp}/new", "--train-steps", "-3"),
+        ("--train-steps", "-3"),
+    ),
+    Case(
+        "train-missing-files",
+        ("train.py", "--model-dir", "{tmp}/new", "--dataset", "files"),
+        ("--dataset files",),
+    ),
+    # ---- export.py
+    Case(
+        "export-bad-beam",
+        ("export.py", "--model-dir", "{run}", "--export-dir", "{tmp}/e", "--beam-size", "0"),
+        ("--beam-size", "0"),
+    ),
+    Case(
+        "export-no-run",
+        ("export.py", "--model-dir", "{tmp}/nothing", "--export-dir", "{tmp}/e"),
+        ("config.json not found",),
+    ),
+    # ---- translate / evaluate
+    Case(
+        "translate-missing-input",
+        ("-m", "keras_transformer.translate", "--model", "{export}", "--input", "{tmp}/no.txt"),
+        ("no.txt",),
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, multi30k_dir):
+    """A small trained run and its export, made once; each case gets its own copy of the run."""
+    from keras_transformer.serving import export_run
+
+    base = tmp_path_factory.mktemp("cli")
+    run = make_run(str(base / "run"), multi30k_dir, steps=5)
+    export = export_run(run, str(base / "exports"), model_name="m", max_extra_length=5)
+    return run, export
+
+
+def command_name(argv) -> str:
+    return argv[1].rsplit(".", 1)[-1] if argv[0] == "-m" else argv[0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
+def test_bad_input_fails_in_one_line(case, trained, tmp_path, multi30k_dir):
+    run, export = trained
+    shutil.copytree(run, tmp_path / "run")
+    if case.setup:
+        case.setup(tmp_path)
+    fill = {"tmp": str(tmp_path), "run": str(tmp_path / "run"), "export": export}
+    fill["data"] = multi30k_dir
+    argv = [arg.format(**fill) for arg in case.argv]
+    before = snapshot(tmp_path, export)
+    out = run_command(argv, stdin=case.stdin, env=dict(case.env))
+    assert_clean_failure(out, command_name(argv), [n.format(**fill) for n in case.names])
+    assert_unchanged(before, snapshot(tmp_path, export))

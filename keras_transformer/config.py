@@ -21,7 +21,9 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 POSITIONAL_KINDS = ("sinusoidal", "learned")
-RESERVED_IDS = 4  # pad 0, unk 1, bos 2, eos 3
+# The special token ids of the one shared vocabulary (SentencePiece is trained with them).
+PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+RESERVED_IDS = 4
 
 
 class ConfigError(KerasTransformerError, ValueError):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from keras_transformer.layers.masks import PAD_ID
+from keras_transformer.config import PAD_ID
 
 
 def label_smoothed_nll(labels, logits, label_smoothing: float):

@@ -22,6 +22,7 @@ import tensorflow as tf
 
 from keras_transformer.config import TransformerConfig
 from keras_transformer.errors import KerasTransformerError
+from keras_transformer.files import write_atomic
 
 CONFIG_FILE = "config.json"
 TOKENIZER_FILE = "spm.model"
@@ -33,15 +34,6 @@ METRICS_FILE = "metrics.jsonl"
 
 class RunDirError(KerasTransformerError, ValueError):
     """A model directory that is missing something; the message names the path."""
-
-
-def write_atomic(path: str, data: bytes | str) -> None:
-    """Write then rename, so that a crash never leaves a half-written file."""
-    tmp = path + ".tmp"
-    mode = "wb" if isinstance(data, bytes) else "w"
-    with open(tmp, mode, **({} if isinstance(data, bytes) else {"encoding": "utf-8"})) as handle:
-        handle.write(data)
-    os.replace(tmp, path)
 
 
 class Run:
@@ -173,4 +165,4 @@ def load_trained(model_dir: str, *, average_last: int = 1, use_best: bool = Fals
     return model, tokenizer, run.read_config()
 
 
-__all__ = ["Run", "RunDirError", "load_trained", "write_atomic"]
+__all__ = ["Run", "RunDirError", "load_trained"]

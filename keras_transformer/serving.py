@@ -27,6 +27,7 @@ import tensorflow as tf
 
 from keras_transformer import decoding
 from keras_transformer.errors import KerasTransformerError
+from keras_transformer.files import write_atomic
 from keras_transformer.run_dir import load_trained
 from keras_transformer.translator import OPTIONS, STRINGS, Translator
 
@@ -131,9 +132,7 @@ def write_models_config(export_dir: str, model_name: str, base_path: str) -> str
         with open(path, encoding="utf-8") as handle:
             existing = handle.read()
     text = models_config(model_name, base_path, existing, path)
-    with open(path + ".tmp", "w", encoding="utf-8") as handle:
-        handle.write(text)
-    os.replace(path + ".tmp", path)
+    write_atomic(path, text)
     return path
 
 

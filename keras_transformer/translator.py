@@ -7,7 +7,8 @@ import math
 import tensorflow as tf
 
 from keras_transformer import decoding
-from keras_transformer.data.tokenizer import BOS_ID, EOS_ID, SubwordTokenizer
+from keras_transformer.config import BOS_ID, EOS_ID
+from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.errors import KerasTransformerError
 
 STRINGS = tf.TensorSpec([None], tf.string, name="inputs")

@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer import decoding
-from keras_transformer.data.tokenizer import BOS_ID, EOS_ID
+from keras_transformer.config import BOS_ID, EOS_ID
 from keras_transformer.run_dir import load_trained
 from keras_transformer.translator import DecodingOptionsError, Translator
 from tests.run_fixture import make_run

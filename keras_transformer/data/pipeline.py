@@ -14,7 +14,8 @@ import dataclasses
 
 import tensorflow as tf
 
-from keras_transformer.data.tokenizer import BOS_ID, EOS_ID, SubwordTokenizer
+from keras_transformer.config import BOS_ID, EOS_ID
+from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.errors import KerasTransformerError
 
 TOKENIZE_BATCH = 512

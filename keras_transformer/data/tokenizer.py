@@ -11,9 +11,9 @@ from collections.abc import Iterable
 import tensorflow as tf
 import tensorflow_text as tf_text
 
+from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from keras_transformer.data.sources import DataError
 
-PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 NUM_SPECIAL = 4
 NUM_BYTE_PIECES = 256  # byte fallback: <0x00> ... <0xFF>, ids 4 ... 259
 MODEL_TYPES = ("bpe", "unigram")

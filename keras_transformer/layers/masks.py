@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-PAD_ID = 0
+from keras_transformer.config import PAD_ID
 
 
 def padding_mask(ids: tf.Tensor) -> tf.Tensor:

@@ -12,17 +12,12 @@ import dataclasses
 import math
 from typing import Any
 
-from keras_transformer.config import PRESETS
+from keras_transformer.config import PRESETS, ConfigError
 from keras_transformer.decoding import BEAM_SIZE
-from keras_transformer.errors import KerasTransformerError
 
 # A corpus with at least this many pairs gets the paper's recipe (WMT14: 4.5M pairs).
 LARGE_CORPUS = 1_000_000
 SMALL_CORPUS_EPOCHS = 20
-
-
-class ConfigError(KerasTransformerError, ValueError):
-    """A bad flag value or a flag that conflicts with the run's config.json."""
 
 
 def flag(default: Any = None, help: str = "", choices=None, auto: str = "") -> Any:  # noqa: A002

@@ -16,9 +16,8 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-# the library's defaults (keras_transformer.decoding, keras_transformer.serving), repeated
-# here only so that --help answers without importing TensorFlow; a test keeps them equal
-BEAM_SIZE, ALPHA, MAX_EXTRA_LENGTH, AVERAGE_LAST = 4, 0.6, 50, 5
+# the library's defaults; keras_transformer.config imports no TensorFlow, so --help is quick
+from keras_transformer.config import ALPHA, AVERAGE_LAST, BEAM_SIZE, MAX_EXTRA_LENGTH  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:

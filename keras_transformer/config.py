@@ -25,6 +25,14 @@ POSITIONAL_KINDS = ("sinusoidal", "learned")
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 RESERVED_IDS = 4
 
+# The paper's decoding (section 6.1): beam 4, length penalty alpha 0.6, outputs up to input
+# length + 50; exports average the last 5 checkpoints. Defined here, with no TensorFlow import,
+# so that every command's --help and the serving client read the same values.
+BEAM_SIZE = 4
+ALPHA = 0.6
+MAX_EXTRA_LENGTH = 50
+AVERAGE_LAST = 5
+
 
 class ConfigError(KerasTransformerError, ValueError):
     """A TransformerConfig value that cannot work; the message names the field."""

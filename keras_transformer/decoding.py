@@ -24,12 +24,10 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-NEG_INF = -1.0e9  # finite: float32 log-probabilities only, never float16
-
 # The paper's decoding settings (section 6.1), the defaults of every entry point.
-BEAM_SIZE = 4
-ALPHA = 0.6
-MAX_EXTRA_LENGTH = 50
+from keras_transformer.config import ALPHA, BEAM_SIZE, MAX_EXTRA_LENGTH  # noqa: F401 (re-exported)
+
+NEG_INF = -1.0e9  # finite: float32 log-probabilities only, never float16
 
 
 def length_penalty(length, alpha):

@@ -26,6 +26,7 @@ import keras
 import tensorflow as tf
 
 from keras_transformer import decoding
+from keras_transformer.config import AVERAGE_LAST
 from keras_transformer.errors import KerasTransformerError
 from keras_transformer.files import write_atomic
 from keras_transformer.run_dir import load_trained
@@ -34,7 +35,6 @@ from keras_transformer.translator import OPTIONS, STRINGS, Translator
 WARMUP_FILE = "tf_serving_warmup_requests"
 WARMUP_SENTENCES = ("A man is riding a bicycle.", "", "Zwei Hunde spielen im Schnee.")
 MODELS_CONFIG = "models.config"
-AVERAGE_LAST = 5  # the paper averages the last 5 checkpoints (base models)
 
 
 class ExportError(KerasTransformerError, ValueError):

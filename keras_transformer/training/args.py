@@ -12,8 +12,7 @@ import dataclasses
 import math
 from typing import Any
 
-from keras_transformer.config import PRESETS, ConfigError
-from keras_transformer.decoding import BEAM_SIZE
+from keras_transformer.config import BEAM_SIZE, PRESETS, ConfigError
 
 # A corpus with at least this many pairs gets the paper's recipe (WMT14: 4.5M pairs).
 LARGE_CORPUS = 1_000_000

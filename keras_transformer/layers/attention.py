@@ -1,4 +1,5 @@
-"""Scaled dot-product attention and multi-head attention (paper sections 3.2.1, 3.2.2).
+"""Multi-head attention (paper section 3.2.2), over `ScaledDotProductAttention` (3.2.1,
+scaled_dot_product.py), with the decoding cache of attention_cache.py.
 
 Glossary of shapes: B batch, S source (key) length, T target (query) length, h heads,
 d_k query/key depth and d_v value depth per head (both d_model / h unless set, Table 3
@@ -10,9 +11,9 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from keras_transformer.layers import masks
-
-RECENT_STEPS = 8  # decoding steps a cache's recent block holds before it joins the main one
+from keras_transformer.layers.attention_cache import append_step
+from keras_transformer.layers.projection import add_projection, project
+from keras_transformer.layers.scaled_dot_product import ScaledDotProductAttention
 
 
 def head_depths(d_model: int, num_heads: int, d_k: int | None, d_v: int | None):
@@ -36,59 +37,6 @@ def with_extras(outputs, cache=None, weights=None):
     `return_attention_scores` (callers pass None for what is absent)."""
     extras = tuple(extra for extra in (cache, weights) if extra is not None)
     return (outputs, *extras) if extras else outputs
-
-
-@keras.saving.register_keras_serializable(package="keras_transformer")
-class ScaledDotProductAttention(keras.layers.Layer):
-    """softmax(Q K^T / sqrt(d_k) + bias) V, with the softmax in float32.
-
-    Args:
-        attention_dropout: dropout on the attention weights (paper: 0).
-
-    Call arguments:
-        query: (B, h, T, d_k).
-        key: (B, h, S, d_k), or a list of blocks (B, h, S_i, d_k) that make the S keys
-            together, in order (a decoding cache kept in two blocks): the scores of each
-            block are formed apart, so the blocks are never copied into one tensor.
-        value: (B, h, S, d_v), or a list of blocks as `key`.
-        attention_mask: bool broadcastable to (B, h, T, S), True where allowed, or None.
-        training: dropout on or off.
-
-    Returns:
-        (outputs (B, h, T, d_v) in the compute dtype, weights (B, h, T, S) float32).
-        Masked keys get weight 0; a fully masked row gets uniform (finite) weights.
-    """
-
-    def __init__(self, *, attention_dropout: float = 0.0, **kwargs):
-        super().__init__(**kwargs)
-        if not 0.0 <= attention_dropout < 1.0:
-            raise ValueError(f"attention_dropout must be in [0, 1), got {attention_dropout}")
-        self.attention_dropout = attention_dropout
-
-    def build(self, input_shape=None):
-        self.dropout = keras.layers.Dropout(
-            self.attention_dropout, dtype=self.dtype_policy, name="dropout"
-        )
-        self.built = True
-
-    def call(self, query, key, value, attention_mask=None, training=None):
-        keys = list(key) if isinstance(key, (list, tuple)) else [key]
-        values = list(value) if isinstance(value, (list, tuple)) else [value]
-        depth = tf.cast(tf.shape(query)[-1], query.dtype)
-        query = query * tf.math.rsqrt(depth)  # scale the smaller tensor
-        scores = [tf.cast(tf.matmul(query, k, transpose_b=True), tf.float32) for k in keys]
-        scores = scores[0] if len(scores) == 1 else tf.concat(scores, axis=-1)  # (B, h, T, S)
-        if attention_mask is not None:
-            scores += masks.attention_bias(attention_mask, tf.float32)
-        weights = tf.nn.softmax(scores, axis=-1)
-        dropped = self.dropout(tf.cast(weights, values[0].dtype), training=training)
-        if len(values) == 1:
-            return tf.matmul(dropped, values[0]), weights
-        blocks = tf.split(dropped, [tf.shape(k)[2] for k in keys], axis=-1)
-        return tf.add_n([tf.matmul(w, v) for w, v in zip(blocks, values)]), weights
-
-    def get_config(self):
-        return {**super().get_config(), "attention_dropout": self.attention_dropout}
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -134,7 +82,8 @@ class MultiHeadAttention(keras.layers.Layer):
             "recent_k" and "recent_v": then the positions are kept in two blocks, "k"/"v"
             followed by the last steps in "recent_k"/"recent_v"; a step appends to the
             recent block only (a copy of at most RECENT_STEPS steps instead of all t), and
-            every RECENT_STEPS steps the recent block moves to the end of the main one.
+            every RECENT_STEPS steps the recent block moves to the end of the main one
+            (attention_cache.py).
         step: scalar int, the position being decoded (with `cache` only).
         training: dropout on or off.
 
@@ -172,38 +121,25 @@ class MultiHeadAttention(keras.layers.Layer):
         self.use_bias = use_bias
         self.return_attention_scores = return_attention_scores
 
-    def _projection(self, name, shape):
-        kernel = self.add_weight(
-            name=f"{name}_kernel", shape=shape, initializer=keras.initializers.GlorotUniform()
-        )
-        bias = (
-            self.add_weight(name=f"{name}_bias", shape=shape[-1:], initializer="zeros")
-            if self.use_bias
-            else None
-        )
-        return kernel, bias
-
     def build(self, input_shape=None):
         h, d, keys, values = self.num_heads, self.d_model, self.d_k, self.d_v
         if self.self_attention:
-            self.qkv_kernel, self.qkv_bias = self._projection("qkv", (d, h * (2 * keys + values)))
+            self.qkv_kernel, self.qkv_bias = add_projection(
+                self, "qkv", (d, h * (2 * keys + values)), self.use_bias
+            )
         else:
-            self.q_kernel, self.q_bias = self._projection("q", (d, h * keys))
-            self.kv_kernel, self.kv_bias = self._projection("kv", (d, h * (keys + values)))
-        self.output_kernel, self.output_bias = self._projection("output", (h * values, d))
+            self.q_kernel, self.q_bias = add_projection(self, "q", (d, h * keys), self.use_bias)
+            self.kv_kernel, self.kv_bias = add_projection(
+                self, "kv", (d, h * (keys + values)), self.use_bias
+            )
+        self.output_kernel, self.output_bias = add_projection(
+            self, "output", (h * values, d), self.use_bias
+        )
         self.attention = ScaledDotProductAttention(
             attention_dropout=self.attention_dropout, dtype=self.dtype_policy, name="attention"
         )
         self.attention.build()
         self.built = True
-
-    @staticmethod
-    def _dense(x, kernel, bias):
-        """(B, T, width_in) -> (B*T, width_out), one 2-D matmul."""
-        out = tf.matmul(tf.reshape(x, [-1, kernel.shape[0]]), tf.cast(kernel, x.dtype))
-        if bias is not None:
-            out = tf.nn.bias_add(out, tf.cast(bias, x.dtype))
-        return out
 
     def _split_heads(self, flat, batch, length, depths, rows=None):
         """(B*T, h * sum(depths)) -> one (B, h, T, depth) tensor per depth.
@@ -243,7 +179,7 @@ class MultiHeadAttention(keras.layers.Layer):
         if self.self_attention:
             raise ValueError("project_memory is for cross-attention layers")
         shape = tf.shape(memory)
-        flat = self._dense(memory, self.kv_kernel, self.kv_bias)
+        flat = project(memory, self.kv_kernel, self.kv_bias)
         k, v = self._split_heads(flat, shape[0], shape[1], (self.d_k, self.d_v))
         return {"k": k, "v": v}
 
@@ -263,28 +199,6 @@ class MultiHeadAttention(keras.layers.Layer):
                 raise ValueError(
                     "cross-attention needs exactly one of `memory` and `projected_memory`"
                 )
-
-    @staticmethod
-    def _append(cache, k, v, group):
-        """Append this step's (R, h, G, d) keys/values as positions t G ... t G + G - 1:
-        O(t) per step, not O(L) as a fixed L-slot cache written with a mask; the attention
-        runs over the decoded positions only, and beam search never has to reorder (copy)
-        the cache. -> (keys, values: a tensor or the [main, recent] blocks, new cache)."""
-        k, v = tf.cast(k, cache["k"].dtype), tf.cast(v, cache["v"].dtype)
-        if "recent_k" not in cache:
-            cache = {"k": tf.concat([cache["k"], k], 2), "v": tf.concat([cache["v"], v], 2)}
-            return cache["k"], cache["v"], cache
-        recent_k = tf.concat([cache["recent_k"], k], 2)
-        recent_v = tf.concat([cache["recent_v"], v], 2)
-        blocks = [cache["k"], recent_k], [cache["v"], recent_v]
-
-        def move():  # the recent block joins the main one, and starts again empty
-            return (tf.concat(blocks[0], 2), tf.concat(blocks[1], 2),
-                    recent_k[:, :, :0], recent_v[:, :, :0])  # fmt: skip
-
-        full = tf.shape(recent_k)[2] >= RECENT_STEPS * group
-        moved = tf.cond(full, move, lambda: (cache["k"], cache["v"], recent_k, recent_v))
-        return (*blocks, dict(zip(("k", "v", "recent_k", "recent_v"), moved)))
 
     def _grouped(self, q, k, v, attention_mask, training, batch, length, rows):
         """Attention of grouped queries q (R, h, G T, d_k) (from `_split_heads` with
@@ -319,14 +233,14 @@ class MultiHeadAttention(keras.layers.Layer):
         shared = cache if cache is not None else projected_memory
         rows = None if shared is None else tf.shape(shared["k"])[0]
         if self.self_attention:
-            flat = self._dense(query, self.qkv_kernel, self.qkv_bias)
+            flat = project(query, self.qkv_kernel, self.qkv_bias)
             q, k, v = self._split_heads(
                 flat, batch, length, (self.d_k, self.d_k, self.d_v), rows=rows
             )
             if cache is not None:
-                k, v, cache = self._append(cache, k, v, batch // rows)
+                k, v, cache = append_step(cache, k, v, batch // rows)
         else:
-            flat = self._dense(query, self.q_kernel, self.q_bias)
+            flat = project(query, self.q_kernel, self.q_bias)
             (q,) = self._split_heads(flat, batch, length, (self.d_k,), rows=rows)
             kv = projected_memory if projected_memory is not None else self.project_memory(memory)
             k, v = kv["k"], kv["v"]
@@ -337,7 +251,7 @@ class MultiHeadAttention(keras.layers.Layer):
             context, weights = self.attention(q, k, v, attention_mask, training=training)
             context = tf.transpose(context, [0, 2, 1, 3])  # (B, T, h, d_v)
         outputs = tf.reshape(
-            self._dense(context, self.output_kernel, self.output_bias),
+            project(context, self.output_kernel, self.output_bias),
             [batch, length, self.d_model],
         )
         return with_extras(outputs, cache, weights if self.return_attention_scores else None)

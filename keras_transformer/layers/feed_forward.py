@@ -5,6 +5,8 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
+from keras_transformer.layers.projection import add_projection, project
+
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class PositionwiseFeedForward(keras.layers.Layer):
@@ -32,18 +34,11 @@ class PositionwiseFeedForward(keras.layers.Layer):
         self.ffn_dropout = ffn_dropout
 
     def build(self, input_shape=None):
-        glorot = keras.initializers.GlorotUniform()
-        self.inner_kernel = self.add_weight(
-            name="inner_kernel", shape=(self.d_model, self.d_ff), initializer=glorot
+        self.inner_kernel, self.inner_bias = add_projection(
+            self, "inner", (self.d_model, self.d_ff)
         )
-        self.inner_bias = self.add_weight(
-            name="inner_bias", shape=(self.d_ff,), initializer="zeros"
-        )
-        self.output_kernel = self.add_weight(
-            name="output_kernel", shape=(self.d_ff, self.d_model), initializer=glorot
-        )
-        self.output_bias = self.add_weight(
-            name="output_bias", shape=(self.d_model,), initializer="zeros"
+        self.output_kernel, self.output_bias = add_projection(
+            self, "output", (self.d_ff, self.d_model)
         )
         self.dropout = keras.layers.Dropout(
             self.ffn_dropout, dtype=self.dtype_policy, name="dropout"
@@ -51,17 +46,10 @@ class PositionwiseFeedForward(keras.layers.Layer):
         self.built = True
 
     def call(self, inputs, training=None):
-        dtype = inputs.dtype
-        flat = tf.reshape(inputs, [-1, self.d_model])  # (B*T, d_model): plain 2-D matmuls
-        hidden = tf.nn.relu(
-            tf.nn.bias_add(
-                tf.matmul(flat, tf.cast(self.inner_kernel, dtype)), tf.cast(self.inner_bias, dtype)
-            )
-        )
+        # (B*T, d_model) -> (B*T, d_ff) -> (B*T, d_model): plain 2-D matmuls
+        hidden = tf.nn.relu(project(inputs, self.inner_kernel, self.inner_bias))
         hidden = self.dropout(hidden, training=training)
-        out = tf.nn.bias_add(
-            tf.matmul(hidden, tf.cast(self.output_kernel, dtype)), tf.cast(self.output_bias, dtype)
-        )
+        out = project(hidden, self.output_kernel, self.output_bias)
         return tf.reshape(out, tf.shape(inputs))
 
     def compute_output_shape(self, input_shape):

@@ -1,4 +1,4 @@
-"""Boolean masks built once from token ids, and their dtype-safe additive form.
+"""Boolean masks built once from token ids, and their additive (float32) form.
 
 Convention: a mask is a boolean tensor, True where attention is allowed. Masks broadcast
 against attention scores of shape (B, h, T, S).
@@ -27,11 +27,6 @@ def causal_mask(length: tf.Tensor | int) -> tf.Tensor:
     return (positions[tf.newaxis, :] <= positions[:, tf.newaxis])[tf.newaxis, tf.newaxis]
 
 
-def step_mask(step: tf.Tensor | int, max_length: tf.Tensor | int) -> tf.Tensor:
-    """(1, 1, 1, L) bool, True on cache slots 0..step (incremental decoding)."""
-    return (tf.range(max_length) <= step)[tf.newaxis, tf.newaxis, tf.newaxis, :]
-
-
 def history_mask(slots: tf.Tensor, groups: tf.Tensor | int) -> tf.Tensor:
     """(N, t) int32 slots -> (R, 1, G, t G) bool, R = `groups`, G = N / R: for incremental
     decoding with a cache shared by G consecutive rows (the beams of a sentence), where
@@ -44,19 +39,18 @@ def history_mask(slots: tf.Tensor, groups: tf.Tensor | int) -> tf.Tensor:
     return tf.reshape(allowed, [groups, 1, group, -1])
 
 
-def large_negative(dtype: tf.DType) -> float:
-    """A finite "minus infinity" that is safe in `dtype` (never -1e9 in float16)."""
-    dtype = tf.as_dtype(dtype)
-    if dtype == tf.float16:
-        return -3.0e4  # float16 max is 65504; leave headroom so sums stay finite
-    return -1.0e9
+# A finite "minus infinity" for float32 attention scores (the softmax is always in float32,
+# also under mixed precision, so the bias never meets float16, whose maximum is 65504)
+LARGE_NEGATIVE = -1.0e9
 
 
-def attention_bias(mask: tf.Tensor | None, dtype: tf.DType = tf.float32) -> tf.Tensor | None:
-    """Boolean mask -> additive bias in `dtype`: 0 where allowed, a large finite negative elsewhere.
+def attention_bias(mask: tf.Tensor | None) -> tf.Tensor | None:
+    """Boolean mask -> float32 additive bias of the same shape: 0 where allowed,
+    LARGE_NEGATIVE elsewhere.
 
-    A fully masked row therefore gives a uniform (finite) softmax instead of NaN.
+    Added to float32 scores, a masked key gets exactly zero softmax weight, and a fully
+    masked row a uniform (finite) one instead of NaN.
     """
     if mask is None:
         return None
-    return tf.where(mask, tf.zeros([], dtype), tf.constant(large_negative(dtype), dtype))
+    return tf.where(mask, 0.0, LARGE_NEGATIVE)

@@ -3,7 +3,7 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer.layers import MultiHeadAttention, ScaledDotProductAttention, masks
-from keras_transformer.layers.attention import RECENT_STEPS
+from keras_transformer.layers.attention_cache import RECENT_STEPS
 from tests.layer_test import run_layer_test
 from tests.layers import reference
 

@@ -30,8 +30,9 @@ def label_smoothed_nll(labels, logits, label_smoothing: float):
 class LabelSmoothedCrossEntropy(keras.losses.Loss):
     """Cross-entropy with label smoothing, averaged over real (non-pad) target tokens.
 
-    `Transformer.train_step` uses `sum_and_count` to divide by the real tokens of the
-    *global* batch, so N replicas and k accumulation steps give the one-device update.
+    `keras_transformer.training.TrainingModel` (training/step.py) uses `sum_and_count` to
+    divide by the real tokens of the *global* batch, so N replicas and k accumulation steps
+    give the one-device update.
 
     Args:
         label_smoothing: epsilon_ls (paper: 0.1).
@@ -75,29 +76,31 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class MaskedAccuracy(keras.metrics.Metric):
-    """Token accuracy (argmax of logits == target) over non-pad targets.
+class MaskedAccuracy(keras.metrics.SparseCategoricalAccuracy):
+    """Token accuracy (argmax of logits == target) over non-pad targets, accumulated over
+    every real token seen: Keras' `SparseCategoricalAccuracy` with the pad mask as
+    `sample_weight`.
 
-    update_state(y_true (B, T) int, y_pred (B, T, V) logits).
+    The tokens are flattened first: given a 2-D `sample_weight`, Keras' mean metrics
+    average each row over its T positions and weigh the row by its mean weight, which
+    counts a token of a batch of length T by 1 / T, so batches of different lengths
+    would not count token by token.
+
+    update_state(y_true (B, T) int, y_pred (B, T, V) logits, sample_weight None or
+    broadcastable to (B, T): multiplies the pad mask).
     """
 
-    def __init__(self, name: str = "accuracy", **kwargs):
-        super().__init__(name=name, **kwargs)
-        self.correct = self.add_variable(shape=(), initializer="zeros", name="correct")
-        self.total = self.add_variable(shape=(), initializer="zeros", name="total")
+    def __init__(self, name: str = "accuracy", dtype=None):
+        super().__init__(name=name, dtype=dtype)
 
     def update_state(self, y_true, y_pred, sample_weight=None):
         y_true = tf.cast(y_true, tf.int32)
-        real = tf.cast(tf.not_equal(y_true, PAD_ID), tf.float32)
-        hits = tf.cast(
-            tf.equal(tf.argmax(y_pred, axis=-1, output_type=tf.int32), y_true), tf.float32
+        weight = tf.cast(tf.not_equal(y_true, PAD_ID), self.dtype)
+        if sample_weight is not None:
+            weight *= tf.cast(sample_weight, self.dtype)
+        return super().update_state(
+            tf.reshape(y_true, [-1]),
+            # float32: Keras compares the ids cast to the logits' dtype (inexact in 16 bits)
+            tf.reshape(tf.cast(y_pred, tf.float32), [-1, tf.shape(y_pred)[-1]]),
+            sample_weight=tf.reshape(weight, [-1]),
         )
-        self.correct.assign_add(tf.reduce_sum(hits * real))
-        self.total.assign_add(tf.reduce_sum(real))
-
-    def result(self):
-        return tf.math.divide_no_nan(self.correct, self.total)
-
-    def reset_state(self):
-        self.correct.assign(0.0)
-        self.total.assign(0.0)

@@ -3,7 +3,8 @@ scaled_dot_product.py), with the decoding cache of attention_cache.py.
 
 Glossary of shapes: B batch, S source (key) length, T target (query) length, h heads,
 d_k query/key depth and d_v value depth per head (both d_model / h unless set, Table 3
-rows A and B), L cache length.
+rows A and B); with a decoding cache, t steps decoded so far and R = B / G key rows, each
+shared by G consecutive query rows (the beams of a sentence).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ class DecoderLayer(BlockLayer):
 
     Args:
         As `EncoderLayer`; `return_attention_scores` returns
-        {"self": (B, h, T, T or L), "cross": (B, h, T, S)}.
+        {"self": (B, h, T, T), or (B, h, 1, (t + 1) G) with a `cache`, "cross": (B, h, T, S)}.
 
     Call arguments:
         inputs: (B, T, d_model).

@@ -55,9 +55,9 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> int:
     args = parse_args(argv)
     from keras_transformer.errors import KerasTransformerError
-    from keras_transformer.serving import describe_export, export_run
-    from keras_transformer.translate import flag_error
-    from keras_transformer.translator import check_options
+    from keras_transformer.inference.export import describe_export, export_run
+    from keras_transformer.inference.translate import flag_error
+    from keras_transformer.inference.translator import check_options
 
     try:
         check_options(args.beam_size, args.alpha, args.max_extra_length)

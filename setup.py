@@ -34,8 +34,8 @@ setup(
     },
     entry_points={
         "console_scripts": [
-            "kt-translate=keras_transformer.translate:main",
-            "kt-evaluate=keras_transformer.evaluate:main",
+            "kt-translate=keras_transformer.inference.translate:main",
+            "kt-evaluate=keras_transformer.inference.evaluate:main",
         ]
     },
 )

@@ -54,7 +54,14 @@ CASES = [
     # ---- translate / evaluate
     Case(
         "translate-missing-input",
-        ("-m", "keras_transformer.translate", "--model", "{export}", "--input", "{tmp}/no.txt"),
+        (
+            "-m",
+            "keras_transformer.inference.translate",
+            "--model",
+            "{export}",
+            "--input",
+            "{tmp}/no.txt",
+        ),
         ("no.txt",),
     ),
 ]
@@ -63,7 +70,7 @@ CASES = [
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, multi30k_dir):
     """A small trained run and its export, made once; each case gets its own copy of the run."""
-    from keras_transformer.serving import export_run
+    from keras_transformer.inference.export import export_run
 
     base = tmp_path_factory.mktemp("cli")
     run = make_run(str(base / "run"), multi30k_dir, steps=5)

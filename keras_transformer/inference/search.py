@@ -25,7 +25,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 # The paper's decoding settings (section 6.1), the defaults of every entry point.
-from keras_transformer.config import ALPHA, BEAM_SIZE, MAX_EXTRA_LENGTH  # noqa: F401 (re-exported)
+from keras_transformer.config import ALPHA, BEAM_SIZE
 
 NEG_INF = -1.0e9  # finite: float32 log-probabilities only, never float16
 

@@ -4,10 +4,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer import decoding
+from keras_transformer import config
 from keras_transformer.config import BOS_ID, EOS_ID
+from keras_transformer.inference import search
+from keras_transformer.inference.translator import DecodingOptionsError, Translator
 from keras_transformer.run_dir import load_trained
-from keras_transformer.translator import DecodingOptionsError, Translator
 from tests.run_fixture import make_run
 
 SENTENCES = [
@@ -31,7 +32,7 @@ def translator(trained):
 
 
 def test_defaults_are_the_papers():
-    assert (decoding.BEAM_SIZE, decoding.ALPHA, decoding.MAX_EXTRA_LENGTH) == (4, 0.6, 50)
+    assert (config.BEAM_SIZE, config.ALPHA, config.MAX_EXTRA_LENGTH) == (4, 0.6, 50)
     defaults = Translator.__init__.__kwdefaults__
     assert (defaults["beam_size"], defaults["alpha"], defaults["max_extra_length"]) == (4, 0.6, 50)
 
@@ -101,7 +102,7 @@ def test_beam_one_is_greedy_search(trained, translator):
     source, _, empty = translator._encode_inputs(tf.constant(SENTENCES))
     lengths = tf.reduce_sum(tf.cast(source > 0, tf.int32), 1) + 7
     cache = model.init_cache(model.encode(source), source, int(tf.reduce_max(lengths)))
-    greedy, _ = decoding.greedy_search(
+    greedy, _ = search.greedy_search(
         model.decode_step, tf.fill([len(SENTENCES)], BOS_ID), cache, lengths, EOS_ID
     )
     expected = translator._detokenize(greedy[:, tf.newaxis], empty)[:, 0]

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer.decoding import beam_search, greedy_search, length_penalty
+from keras_transformer.inference.search import beam_search, greedy_search, length_penalty
 
 BOS, EOS, A, B = 2, 3, 4, 5
 V = 6
@@ -199,7 +199,7 @@ def test_empty_batch():
 
 @pytest.mark.parametrize("vocab, count", [(8000, 8), (1000, 3), (300, 128), (6, 4)])
 def test_two_stage_top_k_equals_top_k(vocab, count):
-    from keras_transformer.decoding import _row_top_k
+    from keras_transformer.inference.search import _row_top_k
 
     rng = np.random.default_rng(vocab)
     logits = rng.normal(size=(5, vocab)).astype(np.float32)

@@ -6,10 +6,11 @@ import math
 
 import tensorflow as tf
 
-from keras_transformer import decoding
+from keras_transformer import config
 from keras_transformer.config import BOS_ID, EOS_ID
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.errors import KerasTransformerError
+from keras_transformer.inference import search
 
 STRINGS = tf.TensorSpec([None], tf.string, name="inputs")
 # `translate_with_options`: the strings plus four scalars, chosen per request
@@ -101,9 +102,9 @@ class Translator(tf.Module):
         model,
         tokenizer: SubwordTokenizer,
         *,
-        beam_size: int = decoding.BEAM_SIZE,
-        alpha: float = decoding.ALPHA,
-        max_extra_length: int = decoding.MAX_EXTRA_LENGTH,
+        beam_size: int = config.BEAM_SIZE,
+        alpha: float = config.ALPHA,
+        max_extra_length: int = config.MAX_EXTRA_LENGTH,
         max_input_length: int | None = None,
         name: str = "translator",
     ):
@@ -144,7 +145,7 @@ class Translator(tf.Module):
         memory = self.model.encode(source)
         cache = self.model.init_cache(memory, source, tf.maximum(tf.reduce_max(max_lengths), 1))
         bos = tf.fill([tf.shape(source)[0]], BOS_ID)
-        ids, scores = decoding.beam_search(
+        ids, scores = search.beam_search(
             self.model.decode_step,
             bos,
             cache,

@@ -1,6 +1,6 @@
 """Translate a file or stdin through an exported SavedModel, in batches.
 
-python -m keras_transformer.translate --model EXPORT/transformer/1 < in.txt > out.txt
+python -m keras_transformer.inference.translate --model EXPORT/transformer/1 < in.txt > out.txt
 
 The whole input is read first (it is sorted by length into batches, and written back in
 input order). `--beam-size`, `--alpha` or `--max-extra-length` decode through the export's
@@ -31,9 +31,9 @@ def decoder(args):
 
     Raises KerasTransformerError; `flag_error` turns it into a message naming the flag.
     """
-    from keras_transformer import decoding
-    from keras_transformer.evaluation import EvaluationError, load_export
-    from keras_transformer.translator import check_options
+    from keras_transformer import config
+    from keras_transformer.inference.evaluation import EvaluationError, load_export
+    from keras_transformer.inference.translator import check_options
 
     if args.batch_size < 1:
         raise EvaluationError(f"--batch-size must be >= 1, got {args.batch_size}")
@@ -43,9 +43,9 @@ def decoder(args):
     import tensorflow as tf
 
     beam, alpha, extra = (
-        decoding.BEAM_SIZE if args.beam_size is None else args.beam_size,
-        decoding.ALPHA if args.alpha is None else args.alpha,
-        decoding.MAX_EXTRA_LENGTH if args.max_extra_length is None else args.max_extra_length,
+        config.BEAM_SIZE if args.beam_size is None else args.beam_size,
+        config.ALPHA if args.alpha is None else args.alpha,
+        config.MAX_EXTRA_LENGTH if args.max_extra_length is None else args.max_extra_length,
     )
     check_options(beam, alpha, extra)
     options = {
@@ -75,7 +75,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     from keras_transformer.errors import KerasTransformerError
-    from keras_transformer.evaluation import read_lines, translate_all
+    from keras_transformer.inference.evaluation import read_lines, translate_all
 
     try:
         if args.input == "-":

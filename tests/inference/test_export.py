@@ -7,21 +7,22 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer import decoding
+from keras_transformer import config
 from keras_transformer.config import BOS_ID, EOS_ID
-from keras_transformer.run_dir import load_trained
-from keras_transformer.serving import (
+from keras_transformer.inference import search
+from keras_transformer.inference.export import (
     AVERAGE_LAST,
     ExportError,
     export_run,
     models_config,
     warmup_record,
 )
-from keras_transformer.translator import Translator
+from keras_transformer.inference.translator import Translator
+from keras_transformer.run_dir import load_trained
 from tests.run_fixture import make_run
 
 SENTENCES = ["A man is riding a bike.", "Two dogs play in the snow.", "A girl."]
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # Runs in a fresh interpreter that imports only tensorflow and tensorflow_text, loading the
 # SavedModel through a TF1 session and its SignatureDefs, as TF Serving does. argv[2] is a
@@ -194,7 +195,7 @@ def test_translate_with_options_through_a_tf1_session(exported):
     source_ids, _, empty = translator._encode_inputs(tf.constant(source))
     lengths = tf.reduce_sum(tf.cast(source_ids > 0, tf.int32), 1) + 6
     cache = model.init_cache(model.encode(source_ids), source_ids, int(tf.reduce_max(lengths)))
-    ids, _ = decoding.greedy_search(
+    ids, _ = search.greedy_search(
         model.decode_step, tf.fill([len(source)], BOS_ID), cache, lengths, EOS_ID
     )
     expected = translator._detokenize(ids[:, tf.newaxis], empty)[:, 0].numpy()
@@ -342,9 +343,9 @@ def test_export_defaults_are_the_librarys():
     spec.loader.exec_module(cli)
     args = cli.parse_args(["--model-dir", "r", "--export-dir", "e"])
     assert (args.beam_size, args.alpha, args.max_extra_length) == (
-        decoding.BEAM_SIZE,
-        decoding.ALPHA,
-        decoding.MAX_EXTRA_LENGTH,
+        config.BEAM_SIZE,
+        config.ALPHA,
+        config.MAX_EXTRA_LENGTH,
     )
     assert args.average_last == AVERAGE_LAST == 5
 
@@ -377,7 +378,7 @@ def test_translate_keeps_input_order_and_shows_progress(exported, tmp_path):
     src = tmp_path / "in.txt"
     src.write_text("\n".join(SOURCES) + "\n")
     out = run_module(
-        "-m", "keras_transformer.translate", "--model", path, "--input", str(src),
+        "-m", "keras_transformer.inference.translate", "--model", path, "--input", str(src),
         "--batch-size", "2", check=True,
     )  # fmt: skip
     model, tokenizer, _ = load_trained(run, average_last=AVERAGE_LAST)
@@ -387,7 +388,7 @@ def test_translate_keeps_input_order_and_shows_progress(exported, tmp_path):
     assert f"{len(SOURCES)}/{len(SOURCES)}" in out.stderr  # the progress bar
     # per-request options: beam 1 through translate_with_options
     greedy = run_module(
-        "-m", "keras_transformer.translate", "--model", path, "--input", str(src),
+        "-m", "keras_transformer.inference.translate", "--model", path, "--input", str(src),
         "--beam-size", "1", "--alpha", "0", "--max-extra-length", "10", check=True,
     )  # fmt: skip
     one = Translator(model, tokenizer, beam_size=1, alpha=0.0, max_extra_length=10)
@@ -396,7 +397,7 @@ def test_translate_keeps_input_order_and_shows_progress(exported, tmp_path):
 
 
 def test_evaluate_scores_the_translations_in_order(exported, tmp_path):
-    from keras_transformer.evaluation import score
+    from keras_transformer.inference.evaluation import score
 
     run, _, path = exported
     src, ref = tmp_path / "in.txt", tmp_path / "ref.txt"
@@ -404,7 +405,7 @@ def test_evaluate_scores_the_translations_in_order(exported, tmp_path):
     references = list(reversed(SOURCES))  # any fixed references: the BLEU must be theirs
     ref.write_text("\n".join(references) + "\n")
     out = run_module(
-        "-m", "keras_transformer.evaluate", "--model", path, "--src", str(src),
+        "-m", "keras_transformer.inference.evaluate", "--model", path, "--src", str(src),
         "--ref", str(ref), "--batch-size", "4", check=True,
     )  # fmt: skip
     result = json.loads(out.stdout)
@@ -431,6 +432,6 @@ def test_evaluate_names_the_bad_flag_or_file(exported, tmp_path, flags, message)
     fill = {"missing": str(tmp_path / "nope.txt"), "tmp": str(tmp_path)}
     argv = ["--model", path, "--src", str(src), "--ref", str(src)]
     argv += [f.format(**fill) for f in flags]
-    out = run_module("-m", "keras_transformer.evaluate", *argv)
+    out = run_module("-m", "keras_transformer.inference.evaluate", *argv)
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert out.stderr.strip().splitlines()[-1] == f"evaluate: error: {message.format(**fill)}"

@@ -25,12 +25,11 @@ import shutil
 import keras
 import tensorflow as tf
 
-from keras_transformer import decoding
-from keras_transformer.config import AVERAGE_LAST
+from keras_transformer.config import ALPHA, AVERAGE_LAST, BEAM_SIZE, MAX_EXTRA_LENGTH
 from keras_transformer.errors import KerasTransformerError
 from keras_transformer.files import write_atomic
+from keras_transformer.inference.translator import OPTIONS, STRINGS, Translator
 from keras_transformer.run_dir import load_trained
-from keras_transformer.translator import OPTIONS, STRINGS, Translator
 
 WARMUP_FILE = "tf_serving_warmup_requests"
 WARMUP_SENTENCES = ("A man is riding a bicycle.", "", "Zwei Hunde spielen im Schnee.")
@@ -228,9 +227,9 @@ def export_run(
     *,
     model_name: str = "transformer",
     version: int | None = None,
-    beam_size: int = decoding.BEAM_SIZE,
-    alpha: float = decoding.ALPHA,
-    max_extra_length: int = decoding.MAX_EXTRA_LENGTH,
+    beam_size: int = BEAM_SIZE,
+    alpha: float = ALPHA,
+    max_extra_length: int = MAX_EXTRA_LENGTH,
     average_last: int = AVERAGE_LAST,
     use_best: bool = False,
 ) -> str:

@@ -149,7 +149,7 @@ def w3():
 
     def cached(src, beam=BEAM):
         memory = model.encode(src)
-        cache = model.init_cache(memory, src, STEPS)
+        cache = model.init_cache(memory, src)
         batch = tf.shape(src)[0]
         return beam_search(
             model.decode_step,

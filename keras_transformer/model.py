@@ -137,7 +137,7 @@ class Transformer(keras.Model):
 
     # -- incremental decoding --------------------------------------------------------------
 
-    def init_cache(self, memory, source_ids, max_length=None):
+    def init_cache(self, memory, source_ids):
         """Decoder state for `decode_step`, for the B sentences of `memory`.
 
         Returns a nested dict:
@@ -151,10 +151,9 @@ class Transformer(keras.Model):
             here and G positions longer (one per row) after every step;
           - "constant": {"output_kernel": (d_model, V)}, the transposed embedding matrix,
             made once instead of at every step.
-        `max_length` is accepted for compatibility: the cache grows with the output instead
-        of being allocated for the longest one.
+        The self-attention cache grows with the output (one position per step) instead of
+        being allocated for the longest one.
         """
-        del max_length  # the cache grows one position per step
         cfg = self.config
         batch = tf.shape(memory)[0]
         d_k, d_v = self.decoder.d_k, self.decoder.d_v

@@ -1,12 +1,12 @@
-"""Beam search and greedy search over a step function, in one `tf.while_loop`.
+"""Beam search over a step function, in one `tf.while_loop`; beam 1 with alpha 0 is greedy
+search (the package has no second loop for it).
 
 The search knows the model only through
 
     step_fn(ids_t (N,) int32, step scalar int32, cache) -> (logits (N, V), cache)
 
-where N is the number of live rows: live sentences (greedy) or live sentences x beam (beam
-search), and `cache` is a nested structure of tensors whose first axis is N. Beam search
-reorders the cache with one gather per step, except two top-level entries:
+where N is the number of live rows, live sentences x beam size, and `cache` is a nested
+structure of tensors whose first axis is N. The search reorders the cache with one gather per step, except two top-level entries:
   - "sentence" (e.g. cross-attention keys and values, or a self-attention cache that
     every beam of a sentence reads its own part of) has one row per live sentence (N / K
     rows, each shared by K consecutive ids): it is never reordered or copied per beam, and
@@ -170,60 +170,6 @@ def _shrink_sentences(sentence, done, stay):
         return tf.nest.map_structure(lambda t: tf.gather(t, stay), sentence)
 
     return tf.cond(tf.reduce_any(done), shrink, lambda: sentence)
-
-
-def greedy_search(
-    step_fn, initial_ids, initial_cache, max_lengths, eos_id: int, *, min_length=None
-):
-    """Most probable token at every step; a sentence leaves the batch at its eos.
-
-    Args:
-        initial_ids: (B,) int32 first input ids (bos).
-        initial_cache: the step function's cache for batch B.
-        max_lengths: (B,) int32 longest output per sentence, eos included.
-        eos_id: end-of-sequence id.
-        min_length: shortest output, eos included (eos is not a candidate before it);
-            None: no minimum.
-
-    Returns:
-        (sequences (B, L) int32 without bos, eos included, 0 after; log-probs (B,) float32).
-    """
-    initial_ids = tf.convert_to_tensor(initial_ids, tf.int32)
-    max_lengths = tf.convert_to_tensor(max_lengths, tf.int32)
-    batch = tf.shape(initial_ids)[0]
-    length = tf.maximum(tf.reduce_max(max_lengths), 1)  # an empty batch still has shapes
-    sequences = _write(tf.zeros([batch, length + 1], tf.int32), 0, initial_ids)
-    out = [tf.zeros_like(sequences), tf.zeros([batch])]
-    join = _joiner(initial_cache)
-    sentence, _, rest = _split(initial_cache)
-
-    def body(step, out, index, lengths, sequences, scores, sentence, rest):
-        logits, cache = step_fn(sequences[:, step], step, join(sentence, rest))
-        sentence, _, rest = _split(cache)
-        token_lp, token = _top_log_probs(logits, step, lengths, eos_id, 1, 1, min_length)
-        token, scores = token[:, 0], scores + token_lp[:, 0]
-        sequences = _write(sequences, step + 1, token)
-        done = tf.equal(token, eos_id)
-        out = _settle(out, index, done, [sequences, scores])
-        keep = _rows(tf.logical_not(done))
-        gather = lambda t: tf.gather(t, keep)  # noqa: E731
-        index, lengths, sequences, scores = map(gather, (index, lengths, sequences, scores))
-        rest = tf.nest.map_structure(gather, rest)
-        sentence = _shrink_sentences(sentence, done, keep)
-        return step + 1, out, index, lengths, sequences, scores, sentence, rest
-
-    def cond(step, out, index, *_):
-        return tf.logical_and(step < length, tf.size(index) > 0)
-
-    state = (tf.range(batch), max_lengths, sequences, tf.zeros([batch]), sentence, rest)
-    _, out, index, _, sequences, scores, *_ = tf.while_loop(
-        cond,
-        body,
-        (tf.constant(0), out, *state),
-        shape_invariants=(tf.TensorShape([]), _nest_shapes(out), *_free_batch(state)),
-    )
-    out = _settle(out, index, tf.ones_like(index, tf.bool), [sequences, scores])
-    return out[0][:, 1:], out[1]
 
 
 def _nest_shapes(structure):

@@ -143,7 +143,7 @@ class Translator(tf.Module):
         if self.max_output_length is not None:
             max_lengths = tf.minimum(max_lengths, self.max_output_length)
         memory = self.model.encode(source)
-        cache = self.model.init_cache(memory, source, tf.maximum(tf.reduce_max(max_lengths), 1))
+        cache = self.model.init_cache(memory, source)
         bos = tf.fill([tf.shape(source)[0]], BOS_ID)
         ids, scores = search.beam_search(
             self.model.decode_step,

@@ -9,7 +9,6 @@ import tensorflow as tf
 
 from keras_transformer import config
 from keras_transformer.config import BOS_ID, EOS_ID
-from keras_transformer.inference import search
 from keras_transformer.inference.export import (
     AVERAGE_LAST,
     ExportError,
@@ -19,6 +18,7 @@ from keras_transformer.inference.export import (
 )
 from keras_transformer.inference.translator import Translator
 from keras_transformer.run_dir import load_trained
+from tests.inference import reference
 from tests.run_fixture import make_run
 
 SENTENCES = ["A man is riding a bike.", "Two dogs play in the snow.", "A girl."]
@@ -194,11 +194,8 @@ def test_translate_with_options_through_a_tf1_session(exported):
     translator = Translator(model, tokenizer, beam_size=1, alpha=0.0, max_extra_length=6)
     source_ids, _, empty = translator._encode_inputs(tf.constant(source))
     lengths = tf.reduce_sum(tf.cast(source_ids > 0, tf.int32), 1) + 6
-    cache = model.init_cache(model.encode(source_ids), source_ids, int(tf.reduce_max(lengths)))
-    ids, _ = search.greedy_search(
-        model.decode_step, tf.fill([len(source)], BOS_ID), cache, lengths, EOS_ID
-    )
-    expected = translator._detokenize(ids[:, tf.newaxis], empty)[:, 0].numpy()
+    ids, _ = reference.model_greedy(model, source_ids, lengths.numpy(), BOS_ID, EOS_ID)
+    expected = translator._detokenize(tf.constant(ids)[:, tf.newaxis], empty)[:, 0].numpy()
     assert [row[0] for row in greedy["outputs"]] == [t.decode() for t in expected]  # beam 1
 
     # num_hypotheses shapes the output; the n best are sorted

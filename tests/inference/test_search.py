@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer.inference.search import beam_search, greedy_search, length_penalty
+from keras_transformer.inference.search import beam_search, length_penalty
+from tests.inference import reference
 
 BOS, EOS, A, B = 2, 3, 4, 5
 V = 6
@@ -34,9 +35,9 @@ def test_beam_search_escapes_the_greedy_trap():
     step_fn = greedy_trap()
     bos = tf.constant([BOS])
     max_lengths = tf.constant([2])  # eos is forced at the second position
-    greedy, greedy_lp = greedy_search(step_fn, bos, {}, max_lengths, EOS)
-    np.testing.assert_array_equal(greedy, [[A, EOS]])
-    assert float(greedy_lp[0]) == pytest.approx(math.log(0.048), abs=1e-4)
+    greedy, greedy_lp = beam_search(step_fn, bos, {}, max_lengths, EOS, beam_size=1, alpha=0.0)
+    np.testing.assert_array_equal(greedy[:, 0], [[A, EOS]])
+    assert float(greedy_lp[0, 0]) == pytest.approx(math.log(0.048), abs=1e-4)
     seqs, scores = beam_search(step_fn, bos, {}, max_lengths, EOS, beam_size=2, alpha=0.0)
     np.testing.assert_array_equal(seqs[0, 0], [B, EOS])
     assert float(scores[0, 0]) == pytest.approx(math.log(0.054), abs=1e-4)
@@ -106,8 +107,8 @@ def test_beam_search_equals_brute_force_over_every_sequence(alpha):
         assert float(got_score) == pytest.approx(score, abs=1e-4)
 
 
-@pytest.mark.parametrize("search", ["greedy", "beam"])
-def test_batch_equals_sentences_one_by_one(search):
+@pytest.mark.parametrize("beam_size, alpha", [(1, 0.0), (3, 0.6)])
+def test_batch_equals_sentences_one_by_one(beam_size, alpha):
     """Sentences settle at different steps and leave the batch; each one's result (and its
     per-sentence cache) must be what it gets alone."""
     rng = np.random.default_rng(3)
@@ -122,9 +123,8 @@ def test_batch_equals_sentences_one_by_one(search):
             "sentence": {"bias": tf.constant(bias[rows])},
         }
         args = (second_order_step_fn(table), tf.fill([len(rows)], BOS), cache)
-        if search == "greedy":
-            return greedy_search(*args, tf.constant(max_lengths[rows]), EOS)
-        return beam_search(*args, tf.constant(max_lengths[rows]), EOS, beam_size=3, alpha=0.6)
+        lengths = tf.constant(max_lengths[rows])
+        return beam_search(*args, lengths, EOS, beam_size=beam_size, alpha=alpha)
 
     batch_seqs, batch_scores = run(list(range(5)))
     for i in range(5):
@@ -151,15 +151,27 @@ def test_beam_size_can_be_a_tensor():
         np.testing.assert_allclose(scores, expected_scores, atol=1e-6)
 
 
-def test_beam_one_equals_greedy():
+@pytest.mark.parametrize("min_length", [None, 3])
+def test_beam_one_equals_greedy(min_length):
+    """Beam 1 with alpha 0 is greedy search, against a plain loop that takes the argmax at
+    every step: the same tokens and log-probabilities."""
     rng = np.random.default_rng(1)
-    table = rng.normal(scale=1.5, size=(V, V)).astype(np.float32)
-    step_fn = table_step_fn(np.exp(table))
-    bos = tf.fill([5], BOS)
-    max_lengths = tf.constant([3, 5, 8, 2, 6])
-    greedy, _ = greedy_search(step_fn, bos, {}, max_lengths, EOS)
-    beam, _ = beam_search(step_fn, bos, {}, max_lengths, EOS, beam_size=1, alpha=0.0)
-    np.testing.assert_array_equal(beam[:, 0], greedy)
+    table = rng.normal(scale=1.5, size=(V, V, V)).astype(np.float32)
+    bias = rng.normal(scale=2.0, size=(5, V)).astype(np.float32)
+    bias[:, EOS] += 1.0  # some sentences end before their max length
+    max_lengths = np.array([3, 5, 8, 2, 6], np.int32)
+
+    def cache():
+        return {"decoder": {"prev": tf.fill([5], BOS)}, "sentence": {"bias": tf.constant(bias)}}
+
+    args = (second_order_step_fn(table), tf.fill([5], BOS))
+    expected, expected_lp = reference.greedy(*args, cache(), max_lengths, EOS, min_length)
+    beam, lp = beam_search(
+        *args, cache(), max_lengths, EOS, beam_size=1, alpha=0.0, min_length=min_length
+    )
+    np.testing.assert_array_equal(beam[:, 0], expected)
+    np.testing.assert_allclose(lp[:, 0], expected_lp, atol=1e-5)
+    assert ((expected == EOS).argmax(-1) < max_lengths - 1).any()  # eos chosen, not forced
 
 
 def test_alpha_trades_probability_for_length():
@@ -213,8 +225,8 @@ def test_two_stage_top_k_equals_top_k(vocab, count):
     np.testing.assert_array_equal(row_max[:, 0], logits.max(-1))
 
 
-@pytest.mark.parametrize("search", ["greedy", "beam"])
-def test_min_length_keeps_eos_out_until_then_without_renormalizing(search):
+@pytest.mark.parametrize("beam_size", [1, 2])
+def test_min_length_keeps_eos_out_until_then_without_renormalizing(beam_size):
     """eos is not a candidate before min_length; the other tokens keep their own
     log-probabilities (eos is dropped after the log-softmax, as CTranslate2 does)."""
     probs = np.full((V, V), 1e-6)
@@ -230,11 +242,8 @@ def test_min_length_keeps_eos_out_until_then_without_renormalizing(search):
     }
     for min_length, (tokens, score) in expected.items():
         args = (step_fn, tf.constant([BOS]), {}, tf.constant([5]), EOS)
-        if search == "greedy":
-            seqs, scores = greedy_search(*args, min_length=min_length)
-        else:
-            seqs, scores = beam_search(*args, beam_size=2, alpha=0.0, min_length=min_length)
-            seqs, scores = seqs[:, 0], scores[:, 0]
+        seqs, scores = beam_search(*args, beam_size=beam_size, alpha=0.0, min_length=min_length)
+        seqs, scores = seqs[:, 0], scores[:, 0]
         np.testing.assert_array_equal(seqs[0, : len(tokens)], tokens)
         assert not np.any(seqs[0, len(tokens) :])
         assert float(scores[0]) == pytest.approx(score, abs=1e-4)

@@ -6,9 +6,9 @@ import tensorflow as tf
 
 from keras_transformer import config
 from keras_transformer.config import BOS_ID, EOS_ID
-from keras_transformer.inference import search
 from keras_transformer.inference.translator import DecodingOptionsError, Translator
 from keras_transformer.run_dir import load_trained
+from tests.inference import reference
 from tests.run_fixture import make_run
 
 SENTENCES = [
@@ -76,8 +76,8 @@ class NeverEnds:
     def encode(self, source):
         return self.model.encode(source)
 
-    def init_cache(self, memory, source, length):
-        return self.model.init_cache(memory, source, length)
+    def init_cache(self, memory, source):
+        return self.model.init_cache(memory, source)
 
     def decode_step(self, ids, step, cache):
         logits, cache = self.model.decode_step(ids, step, cache)
@@ -101,11 +101,8 @@ def test_beam_one_is_greedy_search(trained, translator):
     model, tokenizer = trained
     source, _, empty = translator._encode_inputs(tf.constant(SENTENCES))
     lengths = tf.reduce_sum(tf.cast(source > 0, tf.int32), 1) + 7
-    cache = model.init_cache(model.encode(source), source, int(tf.reduce_max(lengths)))
-    greedy, _ = search.greedy_search(
-        model.decode_step, tf.fill([len(SENTENCES)], BOS_ID), cache, lengths, EOS_ID
-    )
-    expected = translator._detokenize(greedy[:, tf.newaxis], empty)[:, 0]
+    greedy, _ = reference.model_greedy(model, source, lengths.numpy(), BOS_ID, EOS_ID)
+    expected = translator._detokenize(tf.constant(greedy)[:, tf.newaxis], empty)[:, 0]
     out = translator.translate_with_options(
         tf.constant(SENTENCES), tf.constant(1), tf.constant(0.0), tf.constant(7), tf.constant(1)
     )
@@ -147,7 +144,7 @@ def test_beams_reordered_by_their_slots_equal_caches_copied_and_gathered(trained
     every step, as beam search would, with random parents within each sentence."""
     model, _ = trained
     source, _, _ = translator._encode_inputs(tf.constant(SENTENCES))
-    cache = model.init_cache(model.encode(source), source, 12)
+    cache = model.init_cache(model.encode(source), source)
     k, batch = 3, len(SENTENCES)
     rng = np.random.default_rng(0)
     copied = {

@@ -135,6 +135,13 @@ class Transformer(keras.Model):
             "cross": decoder_weights["cross"],
         }
 
+    def forced_decode(self, source_ids, target_in_ids):
+        """One inference-mode pass over given targets: (logits (B, T, V) float32, the
+        cross-attention weights of every decoder layer [(B, h, T, S)])."""
+        memory, _ = self._encode(source_ids)
+        x, weights = self._decode(target_in_ids, memory, source_ids)
+        return tf.cast(self.embedding.logits(x), tf.float32), weights["cross"]
+
     # -- incremental decoding --------------------------------------------------------------
 
     def init_cache(self, memory, source_ids):

@@ -44,18 +44,20 @@ def main(argv=None) -> int:
     from keras_transformer.errors import KerasTransformerError
     from keras_transformer.inference.evaluation import (
         EvaluationError,
+        check_output,
         read_lines,
         score,
         translate_all,
     )
 
     try:
+        check_output(args.output)
         sources, references = read_lines(args.src), read_lines(args.ref)
         if len(sources) != len(references):
             raise EvaluationError(
                 f"{args.src} has {len(sources)} lines, {args.ref} has {len(references)} lines"
             )
-        translate_fn, options = decoder(args)
+        translate_fn, options = decoder(args, len(sources))
     except (KerasTransformerError, OSError) as err:
         return flag_error("evaluate", err)
     start = time.perf_counter()

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer.inference.search import beam_search, length_penalty
+from keras_transformer.inference.search import beam_search, length_penalty, sample
 from tests.inference import reference
 
 BOS, EOS, A, B = 2, 3, 4, 5
@@ -247,3 +247,194 @@ def test_min_length_keeps_eos_out_until_then_without_renormalizing(beam_size):
         np.testing.assert_array_equal(seqs[0, : len(tokens)], tokens)
         assert not np.any(seqs[0, len(tokens) :])
         assert float(scores[0]) == pytest.approx(score, abs=1e-4)
+
+
+def reference_beam(log_probs, k, alpha, length, vocab, window):
+    """The rule of tensor2tensor's and Model Garden's beam search, written out over a
+    vocabulary small enough to list: every step ranks the 2K best extensions of the alive
+    beams; an eos among the first `window` of them enters the finished pool, the K best
+    others stay alive; no early stop (it never changes the result). (score, tokens) best first.
+    """
+    alive, finished = [((), 0.0)], []
+    for step in range(length):
+        candidates = []
+        for seq, lp in alive:
+            row = log_probs(seq)
+            tokens = [EOS] if step + 1 >= length else range(vocab)
+            candidates += [(seq + (t,), lp + row[t]) for t in tokens]
+        top = sorted(candidates, key=lambda c: -c[1])[: 2 * k]
+        penalty = ((5 + step + 1) / 6) ** alpha
+        finished += [
+            (lp / penalty, seq) for i, (seq, lp) in enumerate(top[:window]) if seq[-1] == EOS
+        ]
+        alive = [c for c in top if c[0][-1] != EOS][:k]
+    return sorted(finished, reverse=True)[:k]
+
+
+def table_log_probs(table, bias):
+    logits = table + bias
+    log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+
+    def fn(seq):
+        prev, cur = ((BOS, BOS) + seq)[-2:]
+        return log_probs[prev, cur]
+
+    return fn
+
+
+def test_eos_ranked_beyond_k_enters_the_finished_pool():
+    """Against the brute-force rule (eos among all 2K candidates, K = 2): the search's n-best
+    list and scores are the reference's. The seeds are chosen where the old rule (eos only
+    within the top K) gives another list, so the test tells the two apart."""
+    vocab, length, k, alpha = 5, 5, 2, 0.6
+    differs = 0
+    for seed in range(12):
+        rng = np.random.default_rng(seed)
+        table = rng.normal(scale=2.0, size=(vocab, vocab, vocab)).astype(np.float32)
+        bias = rng.normal(size=(vocab,)).astype(np.float32)
+        fn = table_log_probs(table, bias)
+        expected = reference_beam(fn, k, alpha, length, vocab, window=2 * k)
+        differs += expected != reference_beam(fn, k, alpha, length, vocab, window=k)
+        cache = {"decoder": {"prev": tf.constant([BOS])}, "sentence": {"bias": tf.constant([bias])}}
+        seqs, scores = beam_search(
+            second_order_step_fn(table), tf.constant([BOS]), cache, tf.constant([length]), EOS,
+            beam_size=k, alpha=alpha,
+        )  # fmt: skip
+        for (score, tokens), got_seq, got_score in zip(expected, seqs[0].numpy(), scores[0]):
+            assert tuple(got_seq[: len(tokens)]) == tokens
+            assert float(got_score) == pytest.approx(score, abs=1e-4)
+    assert differs >= 1
+
+
+def test_prefix_search_equals_brute_force_over_the_sequences_it_starts():
+    """Every hypothesis starts with the prefix, the prefix's log-probability counts: with K
+    large enough to be exact, the n-best list is the brute-force list of the sequences that
+    start with the prefix (vocabulary 4, prefix (A,), at most 4 tokens: 13 sequences)."""
+    vocab, length, k, alpha = 4, 4, 13, 0.6
+    rng = np.random.default_rng(5)
+    table = rng.normal(scale=2.0, size=(vocab, vocab, vocab)).astype(np.float32)
+    bias = rng.normal(size=(vocab,)).astype(np.float32)
+    bias[EOS] += 3.0  # without the prefix the best output is eos alone
+    expected = [e for e in brute_force(table, bias, length, alpha, vocab) if e[1][0] == 0]
+    assert len(expected) == k
+    cache = {"decoder": {"prev": tf.constant([BOS])}, "sentence": {"bias": tf.constant([bias])}}
+    seqs, scores = beam_search(
+        second_order_step_fn(table), tf.constant([BOS]), cache, tf.constant([length]), EOS,
+        beam_size=k, alpha=alpha, prefix=tf.constant([[0]]),
+    )  # fmt: skip
+    for (score, tokens), got_seq, got_score in zip(expected, seqs[0].numpy(), scores[0]):
+        assert tuple(got_seq[: len(tokens)]) == tokens
+        assert float(got_score) == pytest.approx(score, abs=1e-4)
+
+
+def test_per_sentence_options_give_each_sentence_its_own_result():
+    """Beam size, alpha, max length and prefix per sentence, in one batch: each sentence's
+    n-best list (its first K columns) is what it gets alone with its options."""
+    rng = np.random.default_rng(7)
+    table = rng.normal(scale=1.5, size=(V, V, V)).astype(np.float32)
+    bias = rng.normal(scale=2.0, size=(5, V)).astype(np.float32)
+    beams = np.array([1, 4, 2, 3, 1], np.int32)
+    alphas = np.array([0.0, 0.6, 1.5, 0.0, 0.6], np.float32)
+    max_lengths = np.array([4, 6, 5, 7, 3], np.int32)
+    prefix = np.array([[-1, -1], [A, B], [-1, -1], [B, -1], [A, -1]], np.int32)
+
+    def run(rows):
+        cache = {
+            "decoder": {"prev": tf.fill([len(rows)], BOS)},
+            "sentence": {"bias": tf.constant(bias[rows])},
+        }
+        return beam_search(
+            second_order_step_fn(table), tf.fill([len(rows)], BOS), cache,
+            tf.constant(max_lengths[rows]), EOS, beam_size=tf.constant(beams[rows]),
+            alpha=tf.constant(alphas[rows]), prefix=tf.constant(prefix[rows]),
+        )  # fmt: skip
+
+    batch_seqs, batch_scores = run(list(range(5)))
+    for i in range(5):
+        seqs, scores = run([i])
+        k, width = beams[i], seqs.shape[-1]
+        np.testing.assert_array_equal(batch_seqs[i, :k, :width], seqs[0])
+        np.testing.assert_allclose(batch_scores[i, :k], scores[0], atol=1e-5)
+        assert scores.shape[1] == k
+        given = prefix[i][prefix[i] >= 0]
+        assert all(np.array_equal(row[: len(given)], given) for row in seqs[0].numpy())
+
+
+def sampling_options(n, temperature=1.0, top_k=0, top_p=1.0, seed=0):
+    fill = lambda value, dtype: tf.constant(np.broadcast_to(value, [n]), dtype)  # noqa: E731
+    return {
+        "temperature": fill(temperature, tf.float32),
+        "top_k": fill(top_k, tf.int32),
+        "top_p": fill(top_p, tf.float32),
+        "seed": fill(seed, tf.int64),
+    }
+
+
+def sample_table(n):
+    rng = np.random.default_rng(11)
+    table = rng.normal(scale=1.0, size=(V, V, V)).astype(np.float32)
+    bias = rng.normal(scale=0.5, size=(n, V)).astype(np.float32)
+
+    def run(rows, options, lengths=6):
+        cache = {
+            "decoder": {"prev": tf.fill([len(rows)], BOS)},
+            "sentence": {"bias": tf.constant(bias[rows])},
+        }
+        args = (second_order_step_fn(table), tf.fill([len(rows)], BOS), cache)
+        return sample(*args, tf.fill([len(rows)], lengths), EOS, options)
+
+    return table, bias, run
+
+
+def test_sample_top_k_one_is_greedy_and_scores_are_model_log_probs():
+    table, bias, run = sample_table(4)
+    seqs, scores = run(list(range(4)), sampling_options(4, temperature=0.7, top_k=1, seed=3))
+    cache = {"decoder": {"prev": tf.fill([4], BOS)}, "sentence": {"bias": tf.constant(bias)}}
+    expected, expected_lp = reference.greedy(
+        second_order_step_fn(table), np.full([4], BOS), cache, np.full([4], 6), EOS
+    )
+    np.testing.assert_array_equal(seqs, expected)
+    np.testing.assert_allclose(scores, expected_lp, atol=1e-5)
+
+
+def test_sample_depends_only_on_the_sentence_and_its_seed():
+    _, _, run = sample_table(6)
+    seeds = np.array([5, 9, 5, 2, 7, 9], np.int64)
+    options = {**sampling_options(6), "seed": tf.constant(seeds)}
+    options["temperature"] = tf.constant([1.0, 2.0, 1.0, 0.5, 1.5, 1.0], tf.float32)
+    batch, batch_scores = run(list(range(6)), options)
+    for i in range(6):
+        alone = {name: value[i : i + 1] for name, value in options.items()}
+        seqs, scores = run([i], alone)
+        width = seqs.shape[-1]
+        np.testing.assert_array_equal(batch[i, :width], seqs[0])
+        np.testing.assert_allclose(batch_scores[i], scores[0], atol=1e-5)
+    # and the seed matters: another seed gives other draws somewhere in 6 sentences
+    other, _ = run(list(range(6)), {**options, "seed": tf.constant(seeds + 100)})
+    assert not np.array_equal(other, batch)
+
+
+def test_sample_draws_from_the_tempered_truncated_distribution():
+    """First tokens over 3,000 seeds: their frequencies follow softmax(logits / T) over the
+    top_k tokens (renormalized), and top_p keeps the smallest set reaching p."""
+    table, bias, run = sample_table(1)
+    n = 3000
+    rows = [0] * n
+    logits = table[BOS, BOS] + bias[0]
+    order = np.argsort(-logits)
+    for temperature, top_k, top_p in [(1.0, 0, 1.0), (0.5, 3, 1.0), (2.0, 0, 0.6)]:
+        options = sampling_options(n, temperature, top_k, top_p)
+        options["seed"] = tf.range(n, dtype=tf.int64)
+        seqs, _ = run(rows, options, lengths=1 + 1)
+        probs = np.exp(logits / temperature - np.max(logits / temperature))
+        probs = probs[order] / probs.sum()
+        keep = np.ones(V, bool)
+        if top_k:
+            keep[top_k:] = False
+        if top_p < 1:
+            keep &= np.concatenate([[0.0], np.cumsum(probs)[:-1]]) < top_p
+        expected = np.zeros(V)
+        expected[order[keep]] = probs[keep] / probs[keep].sum()
+        counts = np.bincount(seqs.numpy()[:, 0], minlength=V) / n
+        np.testing.assert_allclose(counts, expected, atol=0.03)
+        assert not counts[order[~keep]].any()

@@ -97,15 +97,25 @@ def test_eos_lands_at_input_length_plus_extra(trained, extra):
             assert not hypothesis[eos[0] + 1 :].any()
 
 
+def vectors(beam_size, alpha, max_extra_length, num_hypotheses, prefix=""):
+    """translate_with_options' per-sentence inputs, the same for every sentence."""
+    n = len(SENTENCES)
+    return (
+        tf.fill([n], beam_size),
+        tf.fill([n], float(alpha)),
+        tf.fill([n], max_extra_length),
+        tf.fill([n], num_hypotheses),
+        tf.fill([n], prefix),
+    )
+
+
 def test_beam_one_is_greedy_search(trained, translator):
     model, tokenizer = trained
     source, _, empty = translator._encode_inputs(tf.constant(SENTENCES))
     lengths = tf.reduce_sum(tf.cast(source > 0, tf.int32), 1) + 7
     greedy, _ = reference.model_greedy(model, source, lengths.numpy(), BOS_ID, EOS_ID)
     expected = translator._detokenize(tf.constant(greedy)[:, tf.newaxis], empty)[:, 0]
-    out = translator.translate_with_options(
-        tf.constant(SENTENCES), tf.constant(1), tf.constant(0.0), tf.constant(7), tf.constant(1)
-    )
+    out = translator.translate_with_options(tf.constant(SENTENCES), *vectors(1, 0.0, 7, 1))
     np.testing.assert_array_equal(out["outputs"].numpy()[:, 0], expected.numpy())
 
 
@@ -113,9 +123,7 @@ def test_options_match_a_translator_built_with_them(trained, translator):
     model, tokenizer = trained
     built = Translator(model, tokenizer, beam_size=3, alpha=1.0, max_extra_length=5)
     expected = built.translate_nbest(tf.constant(SENTENCES))
-    got = translator.translate_with_options(
-        tf.constant(SENTENCES), tf.constant(3), tf.constant(1.0), tf.constant(5), tf.constant(2)
-    )
+    got = translator.translate_with_options(tf.constant(SENTENCES), *vectors(3, 1.0, 5, 2))
     assert got["outputs"].shape == (4, 2)
     np.testing.assert_array_equal(got["outputs"], expected["outputs"][:, :2])
     np.testing.assert_allclose(got["scores"], expected["scores"][:, :2], atol=1e-5)
@@ -129,6 +137,7 @@ def test_options_match_a_translator_built_with_them(trained, translator):
         (dict(alpha=-0.1), "alpha"),
         (dict(alpha=float("nan")), "alpha"),
         (dict(max_extra_length=0), "max_extra_length"),
+        (dict(attention_layer=2), "attention_layer"),  # the tiny preset has 2 layers
     ],
 )
 def test_bad_constructor_options_name_the_option(trained, kwargs, name):

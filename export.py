@@ -11,6 +11,7 @@ outputs, size on disk.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 
@@ -47,6 +48,11 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="average the last K checkpoints (default 5; 1: the last one only)",
     )
     parser.add_argument(
+        "--attention-layer",
+        type=int,
+        help="the decoder layer whose cross-attention `score` returns (default: the penultimate)",
+    )
+    parser.add_argument(
         "--best", action="store_true", help="export the best-BLEU checkpoint instead"
     )
     return parser.parse_args(argv)
@@ -55,11 +61,15 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> int:
     args = parse_args(argv)
     from keras_transformer.errors import KerasTransformerError
-    from keras_transformer.serving import describe_export, export_run
-    from keras_transformer.translate import flag_error
-    from keras_transformer.translator import check_options
+    from keras_transformer.inference.export import describe_export, export_run
+    from keras_transformer.inference.options import check_options
+    from keras_transformer.inference.translate import flag_error
 
     try:
+        if os.path.exists(args.export_dir) and not os.path.isdir(args.export_dir):
+            raise KerasTransformerError(
+                f"--export-dir {args.export_dir} is a file; give a directory (new or existing)"
+            )
         check_options(args.beam_size, args.alpha, args.max_extra_length)
         if args.version is not None and args.version < 1:
             raise KerasTransformerError(f"--version must be >= 1, got {args.version}")
@@ -75,9 +85,17 @@ def main(argv=None) -> int:
             max_extra_length=args.max_extra_length,
             average_last=args.average_last,
             use_best=args.best,
+            attention_layer=args.attention_layer,
         )
     except KerasTransformerError as err:
         return flag_error("export.py", err)
+    except json.JSONDecodeError as err:
+        config = os.path.join(args.model_dir, "config.json")
+        return flag_error("export.py", f"{config} is not valid JSON ({err}); restore it or retrain")
+    except OSError as err:  # an export dir that cannot be written, a file that cannot be read
+        return flag_error(
+            "export.py", f"{err.filename}: {err.strerror}; check the path and its permissions"
+        )
     print(describe_export(path))
     print(f"  {os.path.join(args.export_dir, 'models.config')} (model {args.model_name!r})")
     return 0

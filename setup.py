@@ -24,18 +24,21 @@ setup(
         "numpy>=1.26",
         "tqdm>=4.60",
         "tensorboard>=2.21,<2.22",  # Keras TensorBoard callback (not pulled in by TF 2.21)
+        # models.config is read and written through its protobuf message
+        "tensorflow-serving-api>=2.21,<2.22",
     ],
     extras_require={
         "test": ["pytest>=8", "pytest-xdist>=3", "psutil>=5.9", "ruff>=0.6"],
         "notebooks": ["jupyter", "nbclient>=0.10", "nbformat>=5", "ipykernel", "matplotlib>=3.8"],
-        "serving": ["requests>=2.31", "tensorflow-serving-api>=2.21,<2.22"],
+        "serving": ["requests>=2.31"],
         # benchmarks/bench_decode.py's reference decoder; the package never imports it
         "bench": ["ctranslate2>=4.5,<5"],
     },
     entry_points={
         "console_scripts": [
-            "kt-translate=keras_transformer.translate:main",
-            "kt-evaluate=keras_transformer.evaluate:main",
+            "kt-translate=keras_transformer.inference.translate:main",
+            "kt-evaluate=keras_transformer.inference.evaluate:main",
+            "kt-score=keras_transformer.inference.score:main",
         ]
     },
 )

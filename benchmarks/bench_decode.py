@@ -138,7 +138,7 @@ def w3():
     import tensorflow as tf
 
     import keras_transformer as kt
-    from keras_transformer.decoding import beam_search
+    from keras_transformer.inference.search import beam_search
 
     keras.utils.set_random_seed(0)
     cfg = kt.TransformerConfig.preset("small", vocab_size=VOCAB)
@@ -149,7 +149,7 @@ def w3():
 
     def cached(src, beam=BEAM):
         memory = model.encode(src)
-        cache = model.init_cache(memory, src, STEPS)
+        cache = model.init_cache(memory, src)
         batch = tf.shape(src)[0]
         return beam_search(
             model.decode_step,

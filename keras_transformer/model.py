@@ -135,9 +135,16 @@ class Transformer(keras.Model):
             "cross": decoder_weights["cross"],
         }
 
+    def forced_decode(self, source_ids, target_in_ids):
+        """One inference-mode pass over given targets: (logits (B, T, V) float32, the
+        cross-attention weights of every decoder layer [(B, h, T, S)])."""
+        memory, _ = self._encode(source_ids)
+        x, weights = self._decode(target_in_ids, memory, source_ids)
+        return tf.cast(self.embedding.logits(x), tf.float32), weights["cross"]
+
     # -- incremental decoding --------------------------------------------------------------
 
-    def init_cache(self, memory, source_ids, max_length=None):
+    def init_cache(self, memory, source_ids):
         """Decoder state for `decode_step`, for the B sentences of `memory`.
 
         Returns a nested dict:
@@ -151,10 +158,9 @@ class Transformer(keras.Model):
             here and G positions longer (one per row) after every step;
           - "constant": {"output_kernel": (d_model, V)}, the transposed embedding matrix,
             made once instead of at every step.
-        `max_length` is accepted for compatibility: the cache grows with the output instead
-        of being allocated for the longest one.
+        The self-attention cache grows with the output (one position per step) instead of
+        being allocated for the longest one.
         """
-        del max_length  # the cache grows one position per step
         cfg = self.config
         batch = tf.shape(memory)[0]
         d_k, d_v = self.decoder.d_k, self.decoder.d_v

@@ -2,15 +2,17 @@
 
     python serving/client.py --rest http://localhost:8501 "A man rides a bike."
     python serving/client.py --grpc localhost:8500 "A man rides a bike."
-    # per-request decoding options (signature translate_with_options; a server started
-    # without --enable_batching: `docker compose --profile options up`, ports 8502/8503)
-    python serving/client.py --rest http://localhost:8503 --beam-size 8 --alpha 1.0 \
-        --num-hypotheses 3 "A man rides a bike."
+    # per-request decoding options (signature translate_with_options), same server
+    python serving/client.py --rest http://localhost:8501 --beam-size 8 --alpha 1.0 \
+        --num-hypotheses 3 --prefix "Ein Mann" "A man rides a bike."
 
 REST needs `requests`; gRPC needs `tensorflow-serving-api` (pip install -e ".[serving]").
 Without an option flag the request goes to `serving_default` (the export's settings); with
-any, to `translate_with_options`, the others taking the paper's values (beam 4, alpha 0.6,
-+50 tokens, 1 hypothesis). Outputs are then (batch, num_hypotheses).
+any, to `translate_with_options`, the others taking the library's defaults
+(`keras_transformer.config`: the paper's beam 4, alpha 0.6, +50 tokens; 1 hypothesis, no
+prefix). Every option is sent as a vector with one value per sentence (the signature is
+batch-major, so TF Serving's batching can merge requests); outputs are then
+(batch, num_hypotheses).
 """
 
 from __future__ import annotations
@@ -18,7 +20,21 @@ from __future__ import annotations
 import argparse
 import json
 
-DEFAULT_OPTIONS = {"beam_size": 4, "alpha": 0.6, "max_extra_length": 50, "num_hypotheses": 1}
+from keras_transformer import config  # no TensorFlow import
+
+DEFAULT_OPTIONS = {
+    "beam_size": config.BEAM_SIZE,
+    "alpha": config.ALPHA,
+    "max_extra_length": config.MAX_EXTRA_LENGTH,
+    "num_hypotheses": 1,
+    "target_prefix": "",
+}
+DTYPES = {"alpha": "float32", "target_prefix": "string"}  # the others are int32
+
+
+def per_sentence(options: dict | None, count: int) -> dict:
+    """Each scalar option repeated once per sentence (the signature's [B] inputs)."""
+    return {name: [value] * count for name, value in (options or {}).items()}
 
 
 def _signature(options: dict | None) -> str:
@@ -28,15 +44,14 @@ def _signature(options: dict | None) -> str:
 def translate_rest(
     url: str, sentences: list[str], model: str = "transformer", options: dict | None = None
 ) -> dict:
-    """POST /v1/models/<model>:predict in the columnar ("inputs") format: the scalars are
-    plain JSON numbers beside the list of sentences."""
+    """POST /v1/models/<model>:predict in the columnar ("inputs") format."""
     import requests
 
     response = requests.post(
         f"{url}/v1/models/{model}:predict",
         json={
             "signature_name": _signature(options),
-            "inputs": {"inputs": sentences, **(options or {})},
+            "inputs": {"inputs": sentences, **per_sentence(options, len(sentences))},
         },
         timeout=60,
     )
@@ -47,7 +62,7 @@ def translate_rest(
 def translate_grpc(
     target: str, sentences: list[str], model: str = "transformer", options: dict | None = None
 ) -> dict:
-    """PredictionService.Predict; each option is a scalar TensorProto (int32 or float32)."""
+    """PredictionService.Predict; each option a [B] TensorProto of its dtype."""
     import grpc
     import tensorflow as tf
     from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
@@ -56,9 +71,9 @@ def translate_grpc(
     request.model_spec.name = model
     request.model_spec.signature_name = _signature(options)
     request.inputs["inputs"].CopyFrom(tf.make_tensor_proto(sentences, dtype=tf.string))
-    for name, value in (options or {}).items():
-        dtype = tf.float32 if name == "alpha" else tf.int32
-        request.inputs[name].CopyFrom(tf.make_tensor_proto(value, dtype=dtype))
+    for name, values in per_sentence(options, len(sentences)).items():
+        dtype = tf.as_dtype(DTYPES.get(name, "int32"))
+        request.inputs[name].CopyFrom(tf.make_tensor_proto(values, dtype=dtype))
     with grpc.insecure_channel(target) as channel:
         stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
         result = stub.Predict(request, timeout=60)
@@ -83,6 +98,7 @@ def main() -> None:
     parser.add_argument("--alpha", type=float)
     parser.add_argument("--max-extra-length", type=int)
     parser.add_argument("--num-hypotheses", type=int)
+    parser.add_argument("--prefix", dest="target_prefix", help="every translation starts so")
     parser.add_argument("sentences", nargs="+")
     args = parser.parse_args()
     given = {k: getattr(args, k) for k in DEFAULT_OPTIONS if getattr(args, k) is not None}

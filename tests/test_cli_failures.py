@@ -28,6 +28,18 @@ def write(relative: str, text: str):
     return setup
 
 
+def write_files(files: dict):
+    """A setup step: writes each `{tmp}/relative` of `files`."""
+
+    def setup(tmp):
+        for relative, text in files.items():
+            write(relative, text)(tmp)
+
+    return setup
+
+
+TWO_LINES_ONE_PREFIX = write_files({"in.txt": "A dog.\nA cat.\n", "prefix.txt": "Ein\n"})
+
 CASES = [
     # ---- train.py
     Case(
@@ -51,19 +63,78 @@ CASES = [
         ("export.py", "--model-dir", "{tmp}/nothing", "--export-dir", "{tmp}/e"),
         ("config.json not found",),
     ),
-    # ---- translate / evaluate
+    Case(
+        "export-dir-is-a-file",
+        ("export.py", "--model-dir", "{run}", "--export-dir", "{tmp}/afile"),
+        ("--export-dir", "{tmp}/afile"),
+        setup=write("afile", "not a directory"),
+    ),
+    Case(
+        "export-corrupt-config",
+        ("export.py", "--model-dir", "{run}", "--export-dir", "{tmp}/e"),
+        ("config.json", "not valid JSON"),
+        setup=write("run/config.json", '{"model": {"vocab_size": 6'),
+    ),
+    Case(
+        "export-bad-attention-layer",
+        ("export.py", "--model-dir", "{run}", "--export-dir", "{tmp}/e", "--attention-layer", "7"),
+        ("--attention-layer", "7"),
+    ),
+    # ---- translate / evaluate / score
     Case(
         "translate-missing-input",
-        ("-m", "keras_transformer.translate", "--model", "{export}", "--input", "{tmp}/no.txt"),
+        (
+            "-m",
+            "keras_transformer.inference.translate",
+            "--model",
+            "{export}",
+            "--input",
+            "{tmp}/no.txt",
+        ),
         ("no.txt",),
     ),
-]
+    Case(
+        "translate-output-folder-missing",
+        ("-m", "keras_transformer.inference.translate", "--model", "{export}",
+         "--input", "{tmp}/in.txt", "--output", "{tmp}/no/out.txt"),
+        ("--output", "{tmp}/no/out.txt"),
+        setup=write("in.txt", "A dog.\n"),
+    ),
+    Case(
+        "translate-bad-temperature",
+        ("-m", "keras_transformer.inference.translate", "--model", "{export}",
+         "--input", "{tmp}/in.txt", "--temperature", "0"),
+        ("--temperature", "0"),
+        setup=write("in.txt", "A dog.\n"),
+    ),
+    Case(
+        "translate-prefix-file-length",
+        ("-m", "keras_transformer.inference.translate", "--model", "{export}",
+         "--input", "{tmp}/in.txt", "--prefix-file", "{tmp}/prefix.txt"),
+        ("--prefix-file", "prefix.txt"),
+        setup=TWO_LINES_ONE_PREFIX,
+    ),
+    Case(
+        "evaluate-output-is-a-directory",
+        ("-m", "keras_transformer.inference.evaluate", "--model", "{export}",
+         "--src", "{tmp}/in.txt", "--ref", "{tmp}/in.txt", "--output", "{tmp}"),
+        ("--output", "is a directory"),
+        setup=write("in.txt", "A dog.\n"),
+    ),
+    Case(
+        "score-line-counts-differ",
+        ("-m", "keras_transformer.inference.score", "--model", "{export}",
+         "--src", "{tmp}/in.txt", "--tgt", "{tmp}/prefix.txt"),
+        ("prefix.txt", "in.txt"),
+        setup=TWO_LINES_ONE_PREFIX,
+    ),
+]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, multi30k_dir):
     """A small trained run and its export, made once; each case gets its own copy of the run."""
-    from keras_transformer.serving import export_run
+    from keras_transformer.inference.export import export_run
 
     base = tmp_path_factory.mktemp("cli")
     run = make_run(str(base / "run"), multi30k_dir, steps=5)

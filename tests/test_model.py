@@ -64,7 +64,7 @@ def test_decode_step_with_cache_reproduces_decode(overrides):
     model = tiny(**overrides)
     memory = model.encode(SRC)
     full = model.decode(TGT, memory, SRC).numpy()
-    cache = model.init_cache(memory, SRC, max_length=8)
+    cache = model.init_cache(memory, SRC)
     for t in range(TGT.shape[1]):
         logits_t, cache = model.decode_step(TGT[:, t], t, cache)
         assert logits_t.shape == (2, VOCAB) and logits_t.dtype == tf.float32

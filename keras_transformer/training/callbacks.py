@@ -180,7 +180,7 @@ class BleuEvaluation(keras.callbacks.Callback):
         self.last_step, self.last_bleu, self.stopped_early = -1, None, False
 
     def evaluate(self) -> dict:
-        from keras_transformer.evaluation import score
+        from keras_transformer.inference.evaluation import score
 
         hypotheses = []
         for i in range(0, len(self.sources), self.batch_size):

@@ -35,8 +35,8 @@ def summarize(run: Run, settings: TrainArgs, model, bleu) -> dict:
         "next steps:",
         f"  python export.py --model-dir {out} --export-dir exports   # averages the last 5 checkpoints",
         f"  python export.py --model-dir {out} --export-dir exports --best   # or the best-BLEU weights",
-        f"  python -m keras_transformer.translate --model exports/transformer/1 < {src} > translations.txt",
-        f"  python -m keras_transformer.evaluate --model exports/transformer/1 --src {src} --ref {ref}",
+        f"  python -m keras_transformer.inference.translate --model exports/transformer/1 < {src} > translations.txt",
+        f"  python -m keras_transformer.inference.evaluate --model exports/transformer/1 --src {src} --ref {ref}",
         "  (exports/transformer/1: the version directory that export.py prints)",
     ]
     print("\n".join(lines), flush=True)

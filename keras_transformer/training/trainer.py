@@ -220,7 +220,7 @@ def seed_states(model) -> list:
 
 
 def make_bleu_callback(settings, model, tokenizer, valid, run: Run, chief, strategy, metrics):
-    from keras_transformer.translator import Translator
+    from keras_transformer.inference.translator import Translator
 
     sources, references, translate = [], [], None
     if chief:

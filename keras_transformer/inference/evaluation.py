@@ -7,6 +7,7 @@ an export's signature, and any in-process `Translator` works the same way.
 from __future__ import annotations
 
 import gzip
+import io
 import os
 import sys
 
@@ -20,12 +21,30 @@ class EvaluationError(KerasTransformerError, ValueError):
 
 
 def read_lines(path: str) -> list[str]:
-    """The lines of a plain or .gz UTF-8 file (invalid bytes replaced), without newlines."""
+    """The lines of a plain or .gz UTF-8 file, or of stdin for "-" (invalid bytes replaced
+    by U+FFFD either way), without newlines."""
+    if path == "-":
+        stream = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace")
+        return [line.rstrip("\n") for line in stream]
     if not os.path.isfile(path):
         raise EvaluationError(f"{path} not found")
     opener = gzip.open if path.endswith(".gz") else open
     with opener(path, "rt", encoding="utf-8", errors="replace") as handle:
         return [line.rstrip("\n") for line in handle]
+
+
+def check_output(path: str | None, flag: str = "--output") -> None:
+    """Fail now, not after the translating, if `path` cannot be written: its folder must
+    exist and be writable, and it must not be a folder."""
+    if path is None or path == "-":
+        return
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise EvaluationError(f"{flag} {path} is a directory; give a file name")
+    if not os.path.isdir(folder):
+        raise EvaluationError(f"{flag} {path}: folder {folder} does not exist; create it first")
+    if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        raise EvaluationError(f"{flag} {path} is not writable; choose another path")
 
 
 def load_export(model_path: str, signature: str = "serving_default"):
@@ -53,7 +72,9 @@ def translate_all(
 
     `translate_fn(inputs=(b,) strings, **options)` returns {"outputs", "scores"} with a
     first axis of b (an export's signature or a `Translator` method); an n-best output
-    keeps its first hypothesis. Inputs are sorted by length, translated in batches of
+    keeps its first hypothesis. Each option is a scalar (the same for every sentence) or a
+    list with one value per sentence; either way the signature gets a (b,) vector of its
+    dtype (`options.DTYPES`). Inputs are sorted by length, translated in batches of
     `batch_size` and put back in input order; a progress bar goes to stderr when there is
     more than one batch.
     """
@@ -61,8 +82,15 @@ def translate_all(
     import tensorflow as tf
     from tqdm import tqdm
 
+    from keras_transformer.inference.options import DTYPES
+
     if batch_size < 1:
         raise EvaluationError(f"batch size must be >= 1, got {batch_size}")
+
+    def vector(name, value, rows):
+        values = [value[i] for i in rows] if isinstance(value, list) else [value] * len(rows)
+        return tf.constant(values, DTYPES[name])
+
     order = length_order(sentences)
     texts: list[str] = [""] * len(sentences)
     scores: list[float] = [0.0] * len(sentences)
@@ -76,7 +104,8 @@ def translate_all(
     with bar:
         for start in range(0, len(order), batch_size):
             rows = order[start : start + batch_size]
-            out = translate_fn(inputs=tf.constant([sentences[i] for i in rows]), **options)
+            batch = {name: vector(name, value, rows) for name, value in options.items()}
+            out = translate_fn(inputs=tf.constant([sentences[i] for i in rows]), **batch)
             outputs, batch_scores = out["outputs"].numpy(), out["scores"].numpy()
             if outputs.ndim == 2:
                 outputs, batch_scores = outputs[:, 0], batch_scores[:, 0]

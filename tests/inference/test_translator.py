@@ -4,10 +4,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer import decoding
+from keras_transformer import config
 from keras_transformer.config import BOS_ID, EOS_ID
+from keras_transformer.inference.translator import DecodingOptionsError, Translator
 from keras_transformer.run_dir import load_trained
-from keras_transformer.translator import DecodingOptionsError, Translator
+from tests.inference import reference
 from tests.run_fixture import make_run
 
 SENTENCES = [
@@ -31,7 +32,7 @@ def translator(trained):
 
 
 def test_defaults_are_the_papers():
-    assert (decoding.BEAM_SIZE, decoding.ALPHA, decoding.MAX_EXTRA_LENGTH) == (4, 0.6, 50)
+    assert (config.BEAM_SIZE, config.ALPHA, config.MAX_EXTRA_LENGTH) == (4, 0.6, 50)
     defaults = Translator.__init__.__kwdefaults__
     assert (defaults["beam_size"], defaults["alpha"], defaults["max_extra_length"]) == (4, 0.6, 50)
 
@@ -75,8 +76,8 @@ class NeverEnds:
     def encode(self, source):
         return self.model.encode(source)
 
-    def init_cache(self, memory, source, length):
-        return self.model.init_cache(memory, source, length)
+    def init_cache(self, memory, source):
+        return self.model.init_cache(memory, source)
 
     def decode_step(self, ids, step, cache):
         logits, cache = self.model.decode_step(ids, step, cache)
@@ -96,18 +97,25 @@ def test_eos_lands_at_input_length_plus_extra(trained, extra):
             assert not hypothesis[eos[0] + 1 :].any()
 
 
+def vectors(beam_size, alpha, max_extra_length, num_hypotheses, prefix=""):
+    """translate_with_options' per-sentence inputs, the same for every sentence."""
+    n = len(SENTENCES)
+    return (
+        tf.fill([n], beam_size),
+        tf.fill([n], float(alpha)),
+        tf.fill([n], max_extra_length),
+        tf.fill([n], num_hypotheses),
+        tf.fill([n], prefix),
+    )
+
+
 def test_beam_one_is_greedy_search(trained, translator):
     model, tokenizer = trained
     source, _, empty = translator._encode_inputs(tf.constant(SENTENCES))
     lengths = tf.reduce_sum(tf.cast(source > 0, tf.int32), 1) + 7
-    cache = model.init_cache(model.encode(source), source, int(tf.reduce_max(lengths)))
-    greedy, _ = decoding.greedy_search(
-        model.decode_step, tf.fill([len(SENTENCES)], BOS_ID), cache, lengths, EOS_ID
-    )
-    expected = translator._detokenize(greedy[:, tf.newaxis], empty)[:, 0]
-    out = translator.translate_with_options(
-        tf.constant(SENTENCES), tf.constant(1), tf.constant(0.0), tf.constant(7), tf.constant(1)
-    )
+    greedy, _ = reference.model_greedy(model, source, lengths.numpy(), BOS_ID, EOS_ID)
+    expected = translator._detokenize(tf.constant(greedy)[:, tf.newaxis], empty)[:, 0]
+    out = translator.translate_with_options(tf.constant(SENTENCES), *vectors(1, 0.0, 7, 1))
     np.testing.assert_array_equal(out["outputs"].numpy()[:, 0], expected.numpy())
 
 
@@ -115,9 +123,7 @@ def test_options_match_a_translator_built_with_them(trained, translator):
     model, tokenizer = trained
     built = Translator(model, tokenizer, beam_size=3, alpha=1.0, max_extra_length=5)
     expected = built.translate_nbest(tf.constant(SENTENCES))
-    got = translator.translate_with_options(
-        tf.constant(SENTENCES), tf.constant(3), tf.constant(1.0), tf.constant(5), tf.constant(2)
-    )
+    got = translator.translate_with_options(tf.constant(SENTENCES), *vectors(3, 1.0, 5, 2))
     assert got["outputs"].shape == (4, 2)
     np.testing.assert_array_equal(got["outputs"], expected["outputs"][:, :2])
     np.testing.assert_allclose(got["scores"], expected["scores"][:, :2], atol=1e-5)
@@ -131,6 +137,7 @@ def test_options_match_a_translator_built_with_them(trained, translator):
         (dict(alpha=-0.1), "alpha"),
         (dict(alpha=float("nan")), "alpha"),
         (dict(max_extra_length=0), "max_extra_length"),
+        (dict(attention_layer=2), "attention_layer"),  # the tiny preset has 2 layers
     ],
 )
 def test_bad_constructor_options_name_the_option(trained, kwargs, name):
@@ -146,7 +153,7 @@ def test_beams_reordered_by_their_slots_equal_caches_copied_and_gathered(trained
     every step, as beam search would, with random parents within each sentence."""
     model, _ = trained
     source, _, _ = translator._encode_inputs(tf.constant(SENTENCES))
-    cache = model.init_cache(model.encode(source), source, 12)
+    cache = model.init_cache(model.encode(source), source)
     k, batch = 3, len(SENTENCES)
     rng = np.random.default_rng(0)
     copied = {

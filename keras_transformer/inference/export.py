@@ -19,18 +19,18 @@ replaces its own entry and keeps the others.
 from __future__ import annotations
 
 import os
-import re
 import shutil
+import tempfile
 
 import keras
 import tensorflow as tf
 
-from keras_transformer import decoding
-from keras_transformer.config import AVERAGE_LAST
+from keras_transformer.config import ALPHA, AVERAGE_LAST, BEAM_SIZE, MAX_EXTRA_LENGTH
 from keras_transformer.errors import KerasTransformerError
 from keras_transformer.files import write_atomic
+from keras_transformer.inference.options import OPTIONS, SAMPLE, SCORE, STRINGS
+from keras_transformer.inference.translator import Translator
 from keras_transformer.run_dir import load_trained
-from keras_transformer.translator import OPTIONS, STRINGS, Translator
 
 WARMUP_FILE = "tf_serving_warmup_requests"
 WARMUP_SENTENCES = ("A man is riding a bicycle.", "", "Zwei Hunde spielen im Schnee.")
@@ -70,58 +70,32 @@ def warmup_record(model_name: str, sentences, signature_name: str = "serving_def
     return _field(6, _field(1, request))
 
 
-def _config_entry(model_name: str, base_path: str) -> str:
-    return (
-        "\n"
-        f'    name: "{model_name}"\n'
-        f'    base_path: "{base_path}"\n'
-        '    model_platform: "tensorflow"\n'
-        "  "
-    )
-
-
-def _config_blocks(text: str, path: str) -> list[str]:
-    """The bodies of the `config { ... }` entries of a model_config_list, verbatim."""
-    start = text.find("model_config_list")
-    opening = text.find("{", start)
-    if start < 0 or opening < 0:
-        raise ExportError(f"{path} is not a TF Serving model_config_list; move it away")
-    blocks, depth, in_string, escaped, body_start = [], 0, False, False, None
-    for i in range(opening + 1, len(text)):
-        char = text[i]
-        if in_string:
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == '"':
-                in_string = False
-            continue
-        if char == '"':
-            in_string = True
-        elif char == "{":
-            depth += 1
-            if depth == 1:
-                body_start = i + 1
-        elif char == "}":
-            if depth == 0:
-                return blocks
-            depth -= 1
-            if depth == 0:
-                blocks.append(text[body_start:i])
-    raise ExportError(f"{path}: unbalanced braces; fix or move it away")
-
-
 def models_config(model_name: str, base_path: str, existing: str | None = None, path=""):
-    """TF Serving's --model_config_file text: `existing`'s entries with this model's entry
-    replaced (or added), the others kept verbatim and in order."""
-    mine = _config_entry(model_name, base_path)
-    blocks = _config_blocks(existing, path) if existing else []
-    named = re.compile(r'^\s*name\s*:\s*"' + re.escape(model_name) + '"', re.MULTILINE)
-    others = [block for block in blocks if not named.search(block)]
-    at = next((i for i, block in enumerate(blocks) if named.search(block)), len(blocks))
-    replaced = others[:at] + [mine] + others[at:]
-    return "model_config_list {\n" + "".join(f"  config {{{b}}}\n" for b in replaced) + "}\n"
+    """TF Serving's --model_config_file text: `existing`'s entries (parsed with protobuf
+    text_format into tensorflow_serving's ModelServerConfig) with this model's entry replaced,
+    or added last; the others kept with all their fields, in order."""
+    from google.protobuf import text_format
+    from tensorflow_serving.config import model_server_config_pb2
+
+    config = model_server_config_pb2.ModelServerConfig()
+    if existing:
+        try:
+            text_format.Parse(existing, config)
+        except text_format.ParseError as err:
+            raise ExportError(
+                f"{path} is not a TF Serving model config ({err}); fix or move it away"
+            ) from None
+        if config.WhichOneof("config") == "custom_model_config":
+            raise ExportError(
+                f"{path} holds a custom_model_config, not a model_config_list; move it away"
+            )
+    entries = config.model_config_list.config
+    mine = next((entry for entry in entries if entry.name == model_name), None)
+    if mine is None:
+        mine = entries.add()
+    mine.Clear()
+    mine.name, mine.base_path, mine.model_platform = model_name, base_path, "tensorflow"
+    return text_format.MessageToString(config)
 
 
 def write_models_config(export_dir: str, model_name: str, base_path: str) -> str:
@@ -164,32 +138,47 @@ def export_translator(
     if os.path.exists(final):
         raise ExportError(f"{final} already exists; choose another version or leave it out")
     os.makedirs(model_root, exist_ok=True)
-    staging = os.path.join(model_root, f".tmp-{version}")
-    shutil.rmtree(staging, ignore_errors=True)
+    # a private directory beside the final one (same filesystem, so the rename is atomic);
+    # a concurrent export gets its own
+    staging = tempfile.mkdtemp(dir=model_root, prefix=f".tmp-{version}-")
+    try:
+        _write_saved_model(translator, staging, model_name)
+        try:
+            os.rename(staging, final)  # fails, rather than replaces, if `final` appeared
+        except OSError:
+            if os.path.exists(final):
+                raise ExportError(
+                    f"{final} was written meanwhile; choose another version"
+                ) from None
+            raise
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    write_models_config(export_dir, model_name, base_path or f"/models/{model_name}")
+    return final
 
+
+def _write_saved_model(translator: Translator, path: str, model_name: str) -> None:
     archive = keras.export.ExportArchive()
     archive.track(translator.model)
-    archive._tf_trackable.tokenizer = translator.tokenizer  # SentencePiece resource + asset
-    archive.add_endpoint(
-        "serving_default", translator.__call__.python_function, input_signature=[STRINGS]
-    )
-    archive.add_endpoint(
-        "translate_nbest", translator.translate_nbest.python_function, input_signature=[STRINGS]
-    )
-    archive.add_endpoint(
-        "translate_with_options",
-        translator.translate_with_options.python_function,
-        input_signature=OPTIONS,
-    )
-    archive.write_out(staging, verbose=False)
-
-    extra = os.path.join(staging, "assets.extra")
+    archive.track(translator.tokenizer)  # the SentencePiece resource
+    for name, fn, signature in (
+        ("serving_default", translator.__call__, [STRINGS]),
+        ("translate_nbest", translator.translate_nbest, [STRINGS]),
+        ("translate_with_options", translator.translate_with_options, OPTIONS),
+        ("score", translator.score, SCORE),
+        ("sample", translator.sample, SAMPLE),
+    ):
+        archive.add_endpoint(name, fn.python_function, input_signature=signature)
+    archive.write_out(path, verbose=False)
+    # the graph holds the SentencePiece model itself; the file is for people and tools
+    os.makedirs(os.path.join(path, "assets"), exist_ok=True)
+    with open(os.path.join(path, "assets", "spm.model"), "wb") as handle:
+        handle.write(translator.tokenizer.proto)
+    extra = os.path.join(path, "assets.extra")
     os.makedirs(extra, exist_ok=True)
     with tf.io.TFRecordWriter(os.path.join(extra, WARMUP_FILE)) as writer:
         writer.write(warmup_record(model_name, WARMUP_SENTENCES))
-    os.replace(staging, final)
-    write_models_config(export_dir, model_name, base_path or f"/models/{model_name}")
-    return final
 
 
 def describe_export(path: str) -> str:
@@ -228,15 +217,21 @@ def export_run(
     *,
     model_name: str = "transformer",
     version: int | None = None,
-    beam_size: int = decoding.BEAM_SIZE,
-    alpha: float = decoding.ALPHA,
-    max_extra_length: int = decoding.MAX_EXTRA_LENGTH,
+    beam_size: int = BEAM_SIZE,
+    alpha: float = ALPHA,
+    max_extra_length: int = MAX_EXTRA_LENGTH,
     average_last: int = AVERAGE_LAST,
     use_best: bool = False,
+    attention_layer: int | None = None,
 ) -> str:
     """Load the run in `model_dir` (averaging the last K checkpoints) and export it."""
     model, tokenizer, _ = load_trained(model_dir, average_last=average_last, use_best=use_best)
     translator = Translator(
-        model, tokenizer, beam_size=beam_size, alpha=alpha, max_extra_length=max_extra_length
+        model,
+        tokenizer,
+        beam_size=beam_size,
+        alpha=alpha,
+        max_extra_length=max_extra_length,
+        attention_layer=attention_layer,
     )
     return export_translator(translator, export_dir, model_name=model_name, version=version)

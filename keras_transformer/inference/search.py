@@ -1,12 +1,12 @@
-"""Beam search and greedy search over a step function, in one `tf.while_loop`.
+"""Beam search over a step function, in one `tf.while_loop`; beam 1 with alpha 0 is greedy
+search (the package has no second loop for it).
 
 The search knows the model only through
 
     step_fn(ids_t (N,) int32, step scalar int32, cache) -> (logits (N, V), cache)
 
-where N is the number of live rows: live sentences (greedy) or live sentences x beam (beam
-search), and `cache` is a nested structure of tensors whose first axis is N. Beam search
-reorders the cache with one gather per step, except two top-level entries:
+where N is the number of live rows, live sentences x beam size, and `cache` is a nested
+structure of tensors whose first axis is N. The search reorders the cache with one gather per step, except two top-level entries:
   - "sentence" (e.g. cross-attention keys and values, or a self-attention cache that
     every beam of a sentence reads its own part of) has one row per live sentence (N / K
     rows, each shared by K consecutive ids): it is never reordered or copied per beam, and
@@ -25,7 +25,8 @@ from __future__ import annotations
 import tensorflow as tf
 
 # The paper's decoding settings (section 6.1), the defaults of every entry point.
-from keras_transformer.config import ALPHA, BEAM_SIZE, MAX_EXTRA_LENGTH  # noqa: F401 (re-exported)
+from keras_transformer.config import ALPHA, BEAM_SIZE
+from keras_transformer.inference.sampling import sampled_log_probs
 
 NEG_INF = -1.0e9  # finite: float32 log-probabilities only, never float16
 
@@ -67,22 +68,20 @@ def _row_top_k(logits, count):
     return values, ids, tf.reduce_max(block_max, axis=-1, keepdims=True)
 
 
-def _top_log_probs(logits, step, max_lengths, eos_id, count, repeat, min_length=None):
+def _top_log_probs(logits, step, count, eos_id, min_length=None):
     """The `count` most probable next tokens of every row: (log-probs (N, count) float32,
-    ids (N, count) int32), best first.
+    ids (N, count) int32, logsumexp (N, 1)), best first.
 
-    Where step + 1 reaches the sentence's max length only eos is allowed: its log-prob comes
-    first, the other entries are NEG_INF. Before `min_length` (step + 1 < min_length) eos
-    is not a candidate: the top count + 1 are formed and eos dropped from them, as
-    CTranslate2's min_decoding_length disables eos after the log-softmax (so the other
-    tokens' log-probabilities are not renormalized). Log-probabilities are logits - logsumexp(logits)
-    in float32; only the top `count` of each row are ever formed (the full (N, V) log-softmax
-    and masking would be four more passes over the largest tensor of the step).
-    logsumexp = max + log(sum(exp(logits - max))) is read off the fused softmax op (one
-    kernel, faster than Sub, Exp and Sum): the row maximum's probability is exactly
-    1 / sum(exp(logits - max)), and it is >= 1 / V, so its log is well conditioned.
+    Before `min_length` (step + 1 < min_length) eos is not a candidate: the top count + 1
+    are formed and eos dropped from them, as CTranslate2's min_decoding_length disables eos
+    after the log-softmax (so the other tokens' log-probabilities are not renormalized).
+    Log-probabilities are logits - logsumexp(logits) in float32; only the top `count` of each
+    row are ever formed (the full (N, V) log-softmax and masking would be four more passes
+    over the largest tensor of the step). logsumexp = max + log(sum(exp(logits - max))) is
+    read off the fused softmax op (one kernel, faster than Sub, Exp and Sum): the row
+    maximum's probability is exactly 1 / sum(exp(logits - max)), and it is >= 1 / V, so its
+    log is well conditioned.
     """
-    logits = tf.cast(logits, tf.float32)
     top_logits, top_ids, row_max = _row_top_k(logits, count if min_length is None else count + 1)
     max_prob = tf.gather(tf.nn.softmax(logits), top_ids[:, :1], batch_dims=1)  # (N, 1)
     normalizer = row_max - tf.math.log(max_prob)  # logsumexp (N, 1)
@@ -90,12 +89,20 @@ def _top_log_probs(logits, step, max_lengths, eos_id, count, repeat, min_length=
         banned = tf.logical_and(tf.equal(top_ids, eos_id), step + 1 < min_length)
         top_logits, keep = tf.math.top_k(tf.where(banned, NEG_INF, top_logits), k=count)
         top_ids = tf.gather(top_ids, keep, batch_dims=1)
-    top_lp = top_logits - normalizer
-    eos_lp = logits[:, eos_id : eos_id + 1] - normalizer  # (N, 1)
-    first = tf.equal(tf.range(count), 0)[tf.newaxis, :]
-    forced_lp = tf.where(first, eos_lp, NEG_INF)
-    must_end = tf.repeat(step + 1 >= max_lengths, repeat)[:, tf.newaxis]  # (N, 1)
-    return tf.where(must_end, forced_lp, top_lp), tf.where(must_end, eos_id, top_ids)
+    return top_logits - normalizer, top_ids, normalizer
+
+
+def _forced(logits, normalizer, top_lp, top_ids, forced):
+    """Rows whose `forced` (N,) token is >= 0 (a prefix token, or eos at the max length) get
+    that token's log-prob first and NEG_INF after it; the other rows keep their candidates."""
+    token = tf.maximum(forced, 0)[:, tf.newaxis]
+    forced_lp = tf.gather(logits, token, batch_dims=1) - normalizer  # (N, 1)
+    first = tf.equal(tf.range(tf.shape(top_lp)[1]), 0)[tf.newaxis, :]
+    is_forced = (forced >= 0)[:, tf.newaxis]
+    return (
+        tf.where(is_forced, tf.where(first, forced_lp, NEG_INF), top_lp),
+        tf.where(is_forced, token, top_ids),
+    )
 
 
 def _write(sequences, position, values):
@@ -172,62 +179,14 @@ def _shrink_sentences(sentence, done, stay):
     return tf.cond(tf.reduce_any(done), shrink, lambda: sentence)
 
 
-def greedy_search(
-    step_fn, initial_ids, initial_cache, max_lengths, eos_id: int, *, min_length=None
-):
-    """Most probable token at every step; a sentence leaves the batch at its eos.
-
-    Args:
-        initial_ids: (B,) int32 first input ids (bos).
-        initial_cache: the step function's cache for batch B.
-        max_lengths: (B,) int32 longest output per sentence, eos included.
-        eos_id: end-of-sequence id.
-        min_length: shortest output, eos included (eos is not a candidate before it);
-            None: no minimum.
-
-    Returns:
-        (sequences (B, L) int32 without bos, eos included, 0 after; log-probs (B,) float32).
-    """
-    initial_ids = tf.convert_to_tensor(initial_ids, tf.int32)
-    max_lengths = tf.convert_to_tensor(max_lengths, tf.int32)
-    batch = tf.shape(initial_ids)[0]
-    length = tf.maximum(tf.reduce_max(max_lengths), 1)  # an empty batch still has shapes
-    sequences = _write(tf.zeros([batch, length + 1], tf.int32), 0, initial_ids)
-    out = [tf.zeros_like(sequences), tf.zeros([batch])]
-    join = _joiner(initial_cache)
-    sentence, _, rest = _split(initial_cache)
-
-    def body(step, out, index, lengths, sequences, scores, sentence, rest):
-        logits, cache = step_fn(sequences[:, step], step, join(sentence, rest))
-        sentence, _, rest = _split(cache)
-        token_lp, token = _top_log_probs(logits, step, lengths, eos_id, 1, 1, min_length)
-        token, scores = token[:, 0], scores + token_lp[:, 0]
-        sequences = _write(sequences, step + 1, token)
-        done = tf.equal(token, eos_id)
-        out = _settle(out, index, done, [sequences, scores])
-        keep = _rows(tf.logical_not(done))
-        gather = lambda t: tf.gather(t, keep)  # noqa: E731
-        index, lengths, sequences, scores = map(gather, (index, lengths, sequences, scores))
-        rest = tf.nest.map_structure(gather, rest)
-        sentence = _shrink_sentences(sentence, done, keep)
-        return step + 1, out, index, lengths, sequences, scores, sentence, rest
-
-    def cond(step, out, index, *_):
-        return tf.logical_and(step < length, tf.size(index) > 0)
-
-    state = (tf.range(batch), max_lengths, sequences, tf.zeros([batch]), sentence, rest)
-    _, out, index, _, sequences, scores, *_ = tf.while_loop(
-        cond,
-        body,
-        (tf.constant(0), out, *state),
-        shape_invariants=(tf.TensorShape([]), _nest_shapes(out), *_free_batch(state)),
-    )
-    out = _settle(out, index, tf.ones_like(index, tf.bool), [sequences, scores])
-    return out[0][:, 1:], out[1]
-
-
 def _nest_shapes(structure):
     return tf.nest.map_structure(lambda t: t.shape, structure)
+
+
+def _per_sentence(value, batch, dtype):
+    """A scalar or (B,) option as a (B,) tensor."""
+    value = tf.convert_to_tensor(value, dtype)
+    return tf.broadcast_to(value, [batch]) if value.shape.rank == 0 else value
 
 
 def beam_search(
@@ -240,16 +199,22 @@ def beam_search(
     beam_size=BEAM_SIZE,
     alpha=ALPHA,
     min_length=None,
+    prefix=None,
 ):
     """Beam search with GNMT length normalization and early stopping.
 
     Alive and finished hypotheses are kept apart. At every step the 2K best extensions of
-    the alive beams are ranked; those ending in eos within the top K join the finished pool
-    (scored log p / length_penalty), the K best others stay alive. A sentence is settled,
-    and leaves the batch, when none of its alive hypotheses can still beat its worst
-    finished one (log-probabilities only fall, and the penalty is largest at the maximum
-    length), or at its maximum length, where eos is forced. With beam_size 1 and alpha 0
-    this is greedy search.
+    the alive beams are ranked; those ending in eos (among all 2K, as in tensor2tensor's and
+    Model Garden's beam search) join the finished pool (scored log p / length_penalty), the
+    K best others stay alive. A sentence is settled, and leaves the batch, when none of its
+    alive hypotheses can still beat its worst finished one (log-probabilities only fall, and
+    the penalty is largest at the maximum length), or at its maximum length, where eos is
+    forced. K = 1 is greedy search: only the best extension counts (with alpha 0 this is
+    the most probable token at every step, as CTranslate2's beam 1).
+
+    Every option may differ per sentence: the search runs max(K) rows per sentence, and a
+    sentence with a smaller K keeps only its first K alive beams and its 2K best extensions,
+    so its result is the one it gets alone, whatever else is in the batch.
 
     Args:
         initial_ids: (B,) int32 first input ids (bos).
@@ -257,23 +222,73 @@ def beam_search(
             the "sentence" entry, which keeps B rows, and "constant").
         max_lengths: (B,) int32 longest output per sentence, eos included.
         eos_id: end-of-sequence id.
-        beam_size: K (paper: 4); a Python int or a scalar int32 tensor (checked by callers).
-        alpha: length-penalty exponent (paper: 0.6), >= 0; a float or a scalar tensor.
+        beam_size: K (paper: 4), >= 1: a Python int, a scalar int32 tensor or (B,) int32
+            per sentence (checked by callers).
+        alpha: length-penalty exponent (paper: 0.6), >= 0: a float, a scalar or (B,).
         min_length: shortest output, eos included (eos is not a candidate before it, as
             CTranslate2's min_decoding_length); None (the default): no minimum.
+        prefix: (B, P) int32 tokens every hypothesis of a sentence starts with (their
+            log-probabilities count in its score), -1 after each sentence's prefix; None:
+            no prefix. `max_lengths` must leave room for the prefix and eos.
 
     Returns:
         (sequences (B, K, L) int32 best first, without bos, eos included, 0 after;
-         scores (B, K) float32 length-normalized log-probabilities, best first).
+         scores (B, K) float32 length-normalized log-probabilities, best first), K the
+        largest beam size; a sentence's columns beyond its own K score NEG_INF or less.
     """
     if isinstance(beam_size, int) and beam_size < 1:
         raise ValueError(f"beam_size must be >= 1, got {beam_size}")
-    k = tf.convert_to_tensor(beam_size, tf.int32)
-    alpha = tf.convert_to_tensor(alpha, tf.float32)
+    return _search(
+        step_fn, initial_ids, initial_cache, max_lengths, eos_id, beam_size, alpha, min_length,
+        prefix, sampling=None,
+    )  # fmt: skip
+
+
+def sample(step_fn, initial_ids, initial_cache, max_lengths, eos_id: int, sampling: dict):
+    """Ancestral sampling, one hypothesis per sentence, in the same loop as `beam_search`
+    (beam 1, alpha 0) with the best extension replaced by a drawn one (see
+    `sampling.sampled_log_probs`).
+
+    Args:
+        sampling: {"temperature": (B,) float32 > 0, "top_k": (B,) int32 (0: the whole
+            vocabulary), "top_p": (B,) float32 in (0, 1], "seed": (B,) int64}; a sentence's
+            draws depend only on its own logits, options and seed.
+
+    Returns:
+        (sequences (B, L) int32, log-probabilities under the model (B,) float32, at
+         temperature 1 and without the top-k / top-p cut, so that `score` gives the same).
+    """
+    seqs, scores = _search(
+        step_fn, initial_ids, initial_cache, max_lengths, eos_id, 1, 0.0, None, None, sampling
+    )
+    return seqs[:, 0], scores[:, 0]
+
+
+def _search(
+    step_fn, initial_ids, initial_cache, max_lengths, eos_id, beam_size, alpha, min_length,
+    prefix, sampling,
+):  # fmt: skip
+    """The one loop behind `beam_search` and `sample`."""
     initial_ids = tf.convert_to_tensor(initial_ids, tf.int32)
-    max_lengths = tf.convert_to_tensor(max_lengths, tf.int32)
     batch = tf.shape(initial_ids)[0]
-    length = tf.maximum(tf.reduce_max(max_lengths), 1)
+    if prefix is None:
+        prefix = tf.zeros([batch, 0], tf.int32)
+    # per live sentence, gathered as sentences leave: the options and where it sits in the batch
+    per = {
+        "index": tf.range(batch),
+        "max_length": tf.convert_to_tensor(max_lengths, tf.int32),
+        "beams": _per_sentence(beam_size, batch, tf.int32),
+        "alpha": _per_sentence(alpha, batch, tf.float32),
+        # one -1 column after the longest prefix, read once every prefix is done
+        "prefix": tf.pad(
+            tf.convert_to_tensor(prefix, tf.int32), [[0, 0], [0, 1]], constant_values=-1
+        ),
+        "sampling": sampling or {},
+    }
+    # K: the (largest) beam size; an empty batch still has shapes
+    k = tf.maximum(tf.reduce_max(tf.convert_to_tensor(beam_size, tf.int32)), 1)
+    length = tf.maximum(tf.reduce_max(per["max_length"]), 1)
+    prefix_end = tf.shape(per["prefix"])[1] - 1
     join = _joiner(initial_cache)
     sentence, _, rest = _split(initial_cache)  # "sentence": (B, ...), one row per sentence
     rest = tf.nest.map_structure(lambda t: tf.repeat(t, k, axis=0), rest)  # (B*K, ...)
@@ -284,69 +299,86 @@ def beam_search(
     finished_seq = tf.zeros_like(alive_seq)
     finished_scores = tf.fill([batch, k], NEG_INF)
     out = [finished_seq, finished_scores]
+    rank = tf.range(2 * k)[tf.newaxis, :]
 
-    def body(step, out, index, lengths, alive_seq, alive_lp, finished_seq, finished_scores, *c):
-        live = tf.shape(index)[0]
+    def candidates(logits, step, per, count):
+        """(log-probs (N, count), ids (N, count)) of every row's next token."""
+        logits = tf.cast(logits, tf.float32)
+        if sampling:
+            top_lp, top_ids, normalizer = sampled_log_probs(logits, step, count, per["sampling"])
+        else:
+            top_lp, top_ids, normalizer = _top_log_probs(logits, step, count, eos_id, min_length)
+        token = tf.gather(per["prefix"], tf.minimum(step, prefix_end), axis=1)  # (b,)
+        forced = tf.where(step + 1 >= per["max_length"], eos_id, token)
+        return _forced(logits, normalizer, top_lp, top_ids, tf.repeat(forced, k))
+
+    def body(step, out, per, alive_seq, alive_lp, finished_seq, finished_scores, *c):
+        live = tf.shape(per["index"])[0]
         ids = tf.reshape(alive_seq[:, :, step], [-1])
         logits, cache = step_fn(ids, step, join(*c))
         sentence, _, rest = _split(cache)
         # the 2K best of the K x V extensions are among the 2K best of each beam's V
         per_beam = tf.minimum(2 * k, tf.shape(logits)[-1])
-        row_lp, row_ids = _top_log_probs(logits, step, lengths, eos_id, per_beam, k, min_length)
-        candidates = alive_lp[:, :, tf.newaxis] + tf.reshape(row_lp, [live, k, per_beam])
-        top_lp, top_index = tf.math.top_k(tf.reshape(candidates, [live, -1]), k=2 * k)  # (b, 2K)
+        row_lp, row_ids = candidates(logits, step, per, per_beam)
+        scores = alive_lp[:, :, tf.newaxis] + tf.reshape(row_lp, [live, k, per_beam])
+        top_lp, top_index = tf.math.top_k(tf.reshape(scores, [live, -1]), k=2 * k)  # (b, 2K)
         origin = top_index // per_beam
         token = tf.gather(tf.reshape(row_ids, [live, -1]), top_index, batch_dims=1)
         top_seq = _write(tf.gather(alive_seq, origin, batch_dims=1), step + 1, token)
         is_eos = tf.equal(token, eos_id)
-        dead = top_lp <= NEG_INF / 2  # extensions of beams that were never alive
+        beams = per["beams"][:, tf.newaxis]
+        # extensions of beams never alive, and beyond a sentence's own 2K
+        dead = tf.logical_or(top_lp <= NEG_INF / 2, rank >= 2 * beams)
+        top_lp = tf.where(dead, NEG_INF, top_lp)
 
-        # finished pool: eos among the top K candidates, length-normalized
-        in_top_k = tf.range(2 * k)[tf.newaxis, :] < k
-        new_finished = tf.logical_and(tf.logical_and(is_eos, in_top_k), tf.logical_not(dead))
-        new_scores = tf.where(new_finished, top_lp / length_penalty(step + 1, alpha), NEG_INF)
+        # finished pool: eos among the 2K candidates (among the best one only at K = 1)
+        window = tf.where(beams > 1, 2 * beams, 1)
+        new_finished = tf.logical_and(tf.logical_and(is_eos, rank < window), tf.logical_not(dead))
+        penalty = length_penalty(step + 1, per["alpha"])[:, tf.newaxis]
+        new_scores = tf.where(new_finished, top_lp / penalty, NEG_INF)
         pool_scores = tf.concat([finished_scores, new_scores], axis=1)
         pool_seq = tf.concat([finished_seq, top_seq], axis=1)
         finished_scores, keep = tf.math.top_k(pool_scores, k=k)
         finished_seq = tf.gather(pool_seq, keep, batch_dims=1)
 
-        # alive: the K best extensions that did not end
+        # alive: the sentence's K best extensions that did not end
         alive_lp, keep = tf.math.top_k(tf.where(is_eos, NEG_INF, top_lp), k=k)
+        alive_lp = tf.where(rank[:, :k] < beams, alive_lp, NEG_INF)
         alive_seq = tf.gather(top_seq, keep, batch_dims=1)
         beam_origin = tf.gather(origin, keep, batch_dims=1)  # (b, K)
 
-        # settled: no alive hypothesis can beat the worst finished one (an upper bound of
-        # its final score: log-probs only fall, the penalty is largest at the max length)
-        best_alive = alive_lp[:, 0] / length_penalty(lengths, alpha)
-        can_improve = tf.logical_and(
-            alive_lp[:, 0] > NEG_INF / 2, best_alive >= finished_scores[:, -1]
-        )
+        # settled: no alive hypothesis can beat the sentence's K-th finished one (an upper
+        # bound of its final score: log-probs only fall, the penalty is largest at the max
+        # length)
+        best_alive = alive_lp[:, 0] / length_penalty(per["max_length"], per["alpha"])
+        worst_finished = tf.gather(finished_scores, per["beams"] - 1, batch_dims=1)
+        can_improve = tf.logical_and(alive_lp[:, 0] > NEG_INF / 2, best_alive >= worst_finished)
         done = tf.logical_not(can_improve)
-        out = _settle(out, index, done, [finished_seq, finished_scores])
+        out = _settle(out, per["index"], done, [finished_seq, finished_scores])
         stay = _rows(can_improve)
         gather = lambda t: tf.gather(t, stay)  # noqa: E731
-        index, lengths, alive_seq, alive_lp, finished_seq, finished_scores = map(
-            gather, (index, lengths, alive_seq, alive_lp, finished_seq, finished_scores)
+        per = tf.nest.map_structure(gather, per)
+        alive_seq, alive_lp, finished_seq, finished_scores = map(
+            gather, (alive_seq, alive_lp, finished_seq, finished_scores)
         )
         # one gather both reorders the beams and drops the settled sentences
         rows = tf.reshape(gather(beam_origin + k * tf.range(live)[:, tf.newaxis]), [-1])
         rest = tf.nest.map_structure(lambda t: tf.gather(t, rows), rest)
         sentence = _shrink_sentences(sentence, done, stay)
-        return (step + 1, out, index, lengths, alive_seq, alive_lp, finished_seq,
-                finished_scores, sentence, rest)  # fmt: skip
+        return (step + 1, out, per, alive_seq, alive_lp, finished_seq, finished_scores,
+                sentence, rest)  # fmt: skip
 
-    def cond(step, out, index, *_):
-        return tf.logical_and(step < length, tf.size(index) > 0)
+    def cond(step, out, per, *_):
+        return tf.logical_and(step < length, tf.size(per["index"]) > 0)
 
-    state = (tf.range(batch), max_lengths, alive_seq, alive_lp, finished_seq, finished_scores)
-    state += (sentence, rest)
+    state = (per, alive_seq, alive_lp, finished_seq, finished_scores, sentence, rest)
     result = tf.while_loop(
         cond,
         body,
         (tf.constant(0), out, *state),
         shape_invariants=(tf.TensorShape([]), _nest_shapes(out), *_free_batch(state)),
     )
-    out, index = result[1], result[2]
+    out, index = result[1], result[2]["index"]
     # every sentence settles by its maximum length; this only guards the loop's last step
-    out = _settle(out, index, tf.ones_like(index, tf.bool), list(result[6:8]))
+    out = _settle(out, index, tf.ones_like(index, tf.bool), list(result[5:7]))
     return out[0][:, :, 1:], out[1]

@@ -2,7 +2,12 @@ import math
 
 import pytest
 
-from keras_transformer.evaluation import EvaluationError, length_order, score, translate_all
+from keras_transformer.inference.evaluation import (
+    EvaluationError,
+    length_order,
+    score,
+    translate_all,
+)
 
 
 def test_bleu_equals_the_hand_computed_value():

@@ -1,6 +1,6 @@
 """Score an exported model on a test set with sacreBLEU; prints JSON.
 
-python -m keras_transformer.evaluate --model EXPORT/transformer/1 --src F --ref F
+python -m keras_transformer.inference.evaluate --model EXPORT/transformer/1 --src F --ref F
 
 `seconds` is the translation time (the export is loaded before the clock starts);
 `target_tokens_per_s` counts the export's own SentencePiece pieces of the translations,
@@ -30,7 +30,7 @@ def target_tokens(model_path: str, texts: list[str]) -> int | None:
 
 
 def main(argv=None) -> int:
-    from keras_transformer.translate import add_decoding_flags, decoder, flag_error
+    from keras_transformer.inference.translate import add_decoding_flags, decoder, flag_error
 
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -42,15 +42,22 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     from keras_transformer.errors import KerasTransformerError
-    from keras_transformer.evaluation import EvaluationError, read_lines, score, translate_all
+    from keras_transformer.inference.evaluation import (
+        EvaluationError,
+        check_output,
+        read_lines,
+        score,
+        translate_all,
+    )
 
     try:
+        check_output(args.output)
         sources, references = read_lines(args.src), read_lines(args.ref)
         if len(sources) != len(references):
             raise EvaluationError(
                 f"{args.src} has {len(sources)} lines, {args.ref} has {len(references)} lines"
             )
-        translate_fn, options = decoder(args)
+        translate_fn, options = decoder(args, len(sources))
     except (KerasTransformerError, OSError) as err:
         return flag_error("evaluate", err)
     start = time.perf_counter()

@@ -1,0 +1,131 @@
+"""The exported signatures' inputs and the checks of their option values.
+
+Every input is batch-major, `[B, ...]`, so that TF Serving's `--enable_batching` can
+concatenate requests of any signature along axis 0: the options are per-sentence vectors.
+A bad value is an InvalidArgument error naming the signature and the input.
+"""
+
+from __future__ import annotations
+
+import math
+
+import tensorflow as tf
+
+from keras_transformer.errors import KerasTransformerError
+
+STRINGS = tf.TensorSpec([None], tf.string, name="inputs")
+OPTIONS = [
+    STRINGS,
+    tf.TensorSpec([None], tf.int32, name="beam_size"),
+    tf.TensorSpec([None], tf.float32, name="alpha"),
+    tf.TensorSpec([None], tf.int32, name="max_extra_length"),
+    tf.TensorSpec([None], tf.int32, name="num_hypotheses"),
+    tf.TensorSpec([None], tf.string, name="target_prefix"),
+]
+SCORE = [STRINGS, tf.TensorSpec([None], tf.string, name="targets")]
+SAMPLE = [
+    STRINGS,
+    tf.TensorSpec([None], tf.float32, name="temperature"),
+    tf.TensorSpec([None], tf.int32, name="top_k"),
+    tf.TensorSpec([None], tf.float32, name="top_p"),
+    tf.TensorSpec([None], tf.int64, name="seed"),
+]
+# every option's dtype, for callers that build the (B,) vectors
+DTYPES = {spec.name: spec.dtype for spec in OPTIONS[1:] + SAMPLE[1:]}
+# per-request bounds: a request cannot ask for unbounded memory or time
+MAX_BEAM_SIZE = 64
+MAX_EXTRA_LENGTH_LIMIT = 1024  # the largest max_extra_length (the default is config's)
+
+
+class DecodingOptionsError(KerasTransformerError, ValueError):
+    """A decoding option out of range; the message names the option and the value, and
+    `option` holds its name (command lines map it to their flag)."""
+
+    def __init__(self, option: str, message: str):
+        super().__init__(f"{option} {message}")
+        self.option = option
+
+
+def check_options(beam_size: int, alpha: float, max_extra_length: int) -> None:
+    """Raise `DecodingOptionsError` naming the first option out of range."""
+    if not 1 <= beam_size <= MAX_BEAM_SIZE:
+        raise DecodingOptionsError("beam_size", f"must be in [1, {MAX_BEAM_SIZE}], got {beam_size}")
+    if not (math.isfinite(alpha) and alpha >= 0):
+        raise DecodingOptionsError("alpha", f"must be a finite number >= 0, got {alpha}")
+    if not 1 <= max_extra_length <= MAX_EXTRA_LENGTH_LIMIT:
+        raise DecodingOptionsError(
+            "max_extra_length",
+            f"must be in [1, {MAX_EXTRA_LENGTH_LIMIT}], got {max_extra_length}",
+        )
+
+
+def check_sampling(temperature: float, top_k: int, top_p: float) -> None:
+    """Raise `DecodingOptionsError` naming the first sampling option out of range."""
+    if not (math.isfinite(temperature) and temperature > 0):
+        raise DecodingOptionsError("temperature", f"must be a finite number > 0, got {temperature}")
+    if top_k < 0:
+        raise DecodingOptionsError("top_k", f"must be >= 0 (0: no limit), got {top_k}")
+    if not 0 < top_p <= 1:
+        raise DecodingOptionsError("top_p", f"must be in (0, 1], got {top_p}")
+
+
+def _check(signature, name, ok, requirement, value):
+    return tf.debugging.Assert(
+        tf.reduce_all(ok),
+        [f"{signature}: input {name} must be {requirement}, got", value],
+        name=f"check_{name}",
+        summarize=8,
+    )
+
+
+def _one_per_sentence(signature, inputs, named):
+    batch = tf.shape(inputs)[0]
+    return [
+        _check(signature, name, tf.equal(tf.shape(v)[0], batch), "one value per input", tf.shape(v))
+        for name, v in named.items()
+    ]
+
+
+def assert_options(inputs, beam_size, alpha, max_extra_length, num_hypotheses, target_prefix):
+    """In-graph checks of `translate_with_options`' inputs (a list of Assert ops)."""
+    sig = "translate_with_options"
+    named = dict(
+        beam_size=beam_size,
+        alpha=alpha,
+        max_extra_length=max_extra_length,
+        num_hypotheses=num_hypotheses,
+        target_prefix=target_prefix,
+    )
+    return _one_per_sentence(sig, inputs, named) + [
+        _check(sig, "beam_size", (beam_size >= 1) & (beam_size <= MAX_BEAM_SIZE),
+               f"in [1, {MAX_BEAM_SIZE}]", beam_size),
+        _check(sig, "alpha", tf.math.is_finite(alpha) & (alpha >= 0.0),
+               "a finite number >= 0", alpha),
+        _check(sig, "max_extra_length",
+               (max_extra_length >= 1) & (max_extra_length <= MAX_EXTRA_LENGTH_LIMIT),
+               f"in [1, {MAX_EXTRA_LENGTH_LIMIT}]", max_extra_length),
+        _check(sig, "num_hypotheses", (num_hypotheses >= 1) & (num_hypotheses <= beam_size),
+               "in [1, beam_size]", num_hypotheses),
+    ]  # fmt: skip
+
+
+def assert_sampling(inputs, temperature, top_k, top_p, seed):
+    """In-graph checks of `sample`'s inputs (a list of Assert ops)."""
+    sig = "sample"
+    named = dict(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+    return _one_per_sentence(sig, inputs, named) + [
+        _check(sig, "temperature", tf.math.is_finite(temperature) & (temperature > 0.0),
+               "a finite number > 0", temperature),
+        _check(sig, "top_k", top_k >= 0, ">= 0 (0: no limit)", top_k),
+        _check(sig, "top_p", (top_p > 0.0) & (top_p <= 1.0), "in (0, 1]", top_p),
+    ]  # fmt: skip
+
+
+def assert_same_length(inputs, targets):
+    return _one_per_sentence("score", inputs, {"targets": targets})
+
+
+def checked(checks, *values):
+    """`values` computed only after every check passed."""
+    with tf.control_dependencies(checks):
+        return [tf.identity(v) for v in values]

@@ -1,0 +1,242 @@
+"""Translator: raw strings in, translations and scores out, all in one TensorFlow graph."""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from keras_transformer import config
+from keras_transformer.config import BOS_ID, EOS_ID, RESERVED_IDS
+from keras_transformer.data.tokenizer import SubwordTokenizer
+from keras_transformer.inference import options as opt
+from keras_transformer.inference import search
+
+# SentencePiece has CPU kernels only: its ops are pinned here, so that the export also places
+# on a GPU server (TF Serving #2016)
+TOKENIZER_DEVICE = "/device:CPU:0"
+
+# kept importable from here: the command lines and export.py name them
+DecodingOptionsError = opt.DecodingOptionsError
+check_options = opt.check_options
+
+
+class Translator(tf.Module):
+    """Holds the tokenizer and the model; `tf.saved_model.save` exports it whole.
+
+    Args:
+        model: a built `Transformer`.
+        tokenizer: the `SubwordTokenizer` it was trained with.
+        beam_size: K (paper: 4); 1 with alpha 0 is greedy search.
+        alpha: length penalty exponent (paper: 0.6).
+        max_extra_length: outputs may be this many tokens longer than the input (paper: 50).
+        max_input_length: inputs are truncated to this many tokens, eos included
+            (default: the model's `max_length`).
+        attention_layer: the decoder layer whose cross-attention `score` returns (default:
+            the penultimate, the usual choice for word alignment; negative counts from the
+            end).
+
+    Signatures (every input and output batch-major, B sentences):
+      - `translator(inputs)` -> {"outputs" (B,) string, "scores" (B,) float32};
+      - `translate_nbest(inputs)` -> {"outputs" (B, K), "scores" (B, K)};
+      - `translate_with_options(inputs, beam_size, alpha, max_extra_length, num_hypotheses,
+        target_prefix)`, every option (B,) per sentence -> {"outputs" (B, N), "scores"
+        (B, N)}, N the largest num_hypotheses ("" and -inf beyond a sentence's own);
+      - `score(inputs, targets)` -> forced decoding of the targets (see `score`);
+      - `sample(inputs, temperature, top_k, top_p, seed)` -> {"outputs", "scores"} (B,).
+    A sentence's result depends only on itself and its own options. Empty and
+    whitespace-only inputs give "" with score 0; invalid UTF-8 bytes are replaced by U+FFFD
+    before tokenization; bad option values are InvalidArgument errors naming the input.
+    """
+
+    def __init__(
+        self,
+        model,
+        tokenizer: SubwordTokenizer,
+        *,
+        beam_size: int = config.BEAM_SIZE,
+        alpha: float = config.ALPHA,
+        max_extra_length: int = config.MAX_EXTRA_LENGTH,
+        max_input_length: int | None = None,
+        attention_layer: int | None = None,
+        name: str = "translator",
+    ):
+        super().__init__(name=name)
+        opt.check_options(beam_size, alpha, max_extra_length)
+        self.model = model
+        self.tokenizer = tokenizer
+        self.beam_size = beam_size
+        self.alpha = alpha
+        self.max_extra_length = max_extra_length
+        self.max_input_length = max_input_length or model.config.max_length
+        # learned positions have a table; sinusoidal ones have no limit
+        self.max_output_length = (
+            model.config.max_length if model.config.positional == "learned" else None
+        )
+        layers = model.config.num_layers
+        layer = max(layers - 2, 0) if attention_layer is None else attention_layer
+        if not -layers <= layer < layers:
+            raise opt.DecodingOptionsError(
+                "attention_layer", f"must be in [{-layers}, {layers - 1}], got {layer}"
+            )
+        self.attention_layer = layer % layers
+
+    # -- pieces ----------------------------------------------------------------------------
+
+    def _tokenize(self, strings):
+        """(B,) strings -> ragged ids, without bos/eos, on the CPU."""
+        with tf.device(TOKENIZER_DEVICE):
+            return self.tokenizer.tokenizer.tokenize(strings)
+
+    def _pieces(self, ids):
+        """(B, T) ids -> their SentencePiece pieces, "" for padding, on the CPU."""
+        with tf.device(TOKENIZER_DEVICE):
+            return tf.where(ids > 0, self.tokenizer.tokenizer.id_to_string(ids), "")
+
+    def _clean(self, sentences):
+        return tf.strings.unicode_transcode(
+            sentences, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD
+        )
+
+    def _encode_inputs(self, sentences):
+        clean = self._clean(sentences)
+        ids = self._tokenize(clean)[:, : self.max_input_length - 1]
+        eos = tf.fill([tf.shape(sentences)[0], 1], EOS_ID)
+        source = tf.concat([ids, eos], axis=1)
+        empty = tf.equal(tf.strings.length(tf.strings.strip(clean)), 0)
+        return source.to_tensor(), source.row_lengths(), empty
+
+    def _targets(self, strings, room=1):
+        """(B,) strings -> ragged ids, cut so that `room` more tokens fit the positions."""
+        ids = self._tokenize(self._clean(strings))
+        if self.max_output_length is not None:
+            ids = ids[:, : self.max_output_length - room]
+        return ids
+
+    def _max_lengths(self, lengths, extra, at_least=None):
+        max_lengths = tf.cast(lengths, tf.int32) + extra
+        if at_least is not None:
+            max_lengths = tf.maximum(max_lengths, at_least)
+        if self.max_output_length is not None:
+            max_lengths = tf.minimum(max_lengths, self.max_output_length)
+        return max_lengths
+
+    def search(self, sentences, beam_size, alpha=None, max_extra_length=None, prefix=None):
+        """(B,) strings -> (ids (B, K, L), scores (B, K), empty (B,) bool).
+
+        The options may be Python numbers, scalar tensors or (B,) tensors (default: the
+        constructor's); `prefix`: (B,) strings every hypothesis starts with ("" = none).
+        """
+        alpha = self.alpha if alpha is None else alpha
+        extra = self.max_extra_length if max_extra_length is None else max_extra_length
+        source, lengths, empty = self._encode_inputs(sentences)
+        prefix_ids, at_least = None, None
+        if prefix is not None:
+            ragged = self._targets(prefix)
+            prefix_ids = ragged.to_tensor(default_value=-1)
+            at_least = tf.cast(ragged.row_lengths(), tf.int32) + 1  # room for eos
+        max_lengths = self._max_lengths(lengths, extra, at_least)
+        memory = self.model.encode(source)
+        cache = self.model.init_cache(memory, source)
+        bos = tf.fill([tf.shape(source)[0]], BOS_ID)
+        ids, scores = search.beam_search(
+            self.model.decode_step, bos, cache, max_lengths, EOS_ID,
+            beam_size=beam_size, alpha=alpha, prefix=prefix_ids,
+        )  # fmt: skip
+        return ids, scores, empty
+
+    def _detokenize(self, ids, empty):
+        """(B, K, L) ids -> (B, K) strings; "" where the input was empty."""
+        shape = tf.shape(ids)
+        flat = tf.reshape(ids, [-1, shape[2]])
+        before_eos = tf.math.cumsum(tf.cast(tf.equal(flat, EOS_ID), tf.int32), axis=1) == 0
+        lengths = tf.reduce_sum(tf.cast(before_eos, tf.int32), 1)
+        ragged = tf.RaggedTensor.from_tensor(flat, lengths=lengths)
+        with tf.device(TOKENIZER_DEVICE):  # pad, unk, bos and eos are not text
+            ragged = tf.ragged.boolean_mask(ragged, ragged >= RESERVED_IDS)
+            text = self.tokenizer.tokenizer.detokenize(ragged)
+        text = tf.reshape(text, shape[:2])
+        return tf.where(empty[:, tf.newaxis], tf.constant(""), text)
+
+    def _nbest(self, ids, scores, empty):
+        return {
+            "outputs": self._detokenize(ids, empty),
+            "scores": tf.where(empty[:, tf.newaxis], 0.0, scores),
+        }
+
+    # -- signatures ------------------------------------------------------------------------
+
+    @tf.function(input_signature=[opt.STRINGS])
+    def __call__(self, inputs):
+        ids, scores, empty = self.search(inputs, self.beam_size)
+        text = self._detokenize(ids[:, :1], empty)[:, 0]
+        return {"outputs": text, "scores": tf.where(empty, 0.0, scores[:, 0])}
+
+    @tf.function(input_signature=[opt.STRINGS])
+    def translate_nbest(self, inputs):
+        return self._nbest(*self.search(inputs, self.beam_size))
+
+    @tf.function(input_signature=opt.OPTIONS)
+    def translate_with_options(
+        self, inputs, beam_size, alpha, max_extra_length, num_hypotheses, target_prefix
+    ):
+        checks = opt.assert_options(
+            inputs, beam_size, alpha, max_extra_length, num_hypotheses, target_prefix
+        )
+        beam_size, alpha, max_extra_length, num_hypotheses = opt.checked(
+            checks, beam_size, alpha, max_extra_length, num_hypotheses
+        )
+        ids, scores, empty = self.search(inputs, beam_size, alpha, max_extra_length, target_prefix)
+        n = tf.maximum(tf.reduce_max(num_hypotheses), 1)
+        result = self._nbest(ids[:, :n], scores[:, :n], empty)
+        wanted = tf.range(n)[tf.newaxis, :] < num_hypotheses[:, tf.newaxis]
+        return {
+            "outputs": tf.where(wanted, result["outputs"], ""),
+            "scores": tf.where(wanted, result["scores"], -float("inf")),
+        }
+
+    @tf.function(input_signature=opt.SCORE)
+    def score(self, inputs, targets):
+        """Forced decoding of `targets` given `inputs`, one pass, no search:
+        {"scores" (B,) the sum of the target tokens' log-probabilities, eos included;
+         "token_scores" (B, T) float32, 0 after eos; "target_tokens" (B, T) string
+         SentencePiece pieces, eos last, "" padding; "source_tokens" (B, S) likewise;
+         "attention" (B, T, S) float32, the cross-attention of decoder layer
+         `attention_layer` averaged over its heads, 0 on padding}.
+        """
+        (targets,) = opt.checked(opt.assert_same_length(inputs, targets), targets)
+        source, _, _ = self._encode_inputs(inputs)
+        ids = self._targets(targets)
+        batch = tf.shape(inputs)[0]
+        target_out = tf.concat([ids, tf.fill([batch, 1], EOS_ID)], axis=1).to_tensor()
+        target_in = tf.concat([tf.fill([batch, 1], BOS_ID), ids], axis=1).to_tensor()
+        logits, cross = self.model.forced_decode(source, target_in)
+        log_probs = tf.nn.log_softmax(logits)
+        real = target_out > 0
+        token_scores = tf.where(real, tf.gather(log_probs, target_out, batch_dims=2), 0.0)
+        attention = tf.reduce_mean(tf.cast(cross[self.attention_layer], tf.float32), axis=1)
+        pad = tf.logical_and(real[:, :, tf.newaxis], (source > 0)[:, tf.newaxis, :])
+        return {
+            "scores": tf.reduce_sum(token_scores, axis=1),
+            "token_scores": token_scores,
+            "target_tokens": self._pieces(target_out),
+            "source_tokens": self._pieces(source),
+            "attention": tf.where(pad, attention, 0.0),
+        }
+
+    @tf.function(input_signature=opt.SAMPLE)
+    def sample(self, inputs, temperature, top_k, top_p, seed):
+        """One translation drawn per sentence: {"outputs" (B,), "scores" (B,) its
+        log-probability under the model}; the same sentence, options and seed give the
+        same output whatever else is in the batch; top_k 1 is greedy search."""
+        checks = opt.assert_sampling(inputs, temperature, top_k, top_p, seed)
+        temperature, top_k, top_p, seed = opt.checked(checks, temperature, top_k, top_p, seed)
+        source, lengths, empty = self._encode_inputs(inputs)
+        memory = self.model.encode(source)
+        cache = self.model.init_cache(memory, source)
+        bos = tf.fill([tf.shape(source)[0]], BOS_ID)
+        sampling = {"temperature": temperature, "top_k": top_k, "top_p": top_p, "seed": seed}
+        ids, scores = search.sample(
+            self.model.decode_step, bos, cache,
+            self._max_lengths(lengths, self.max_extra_length), EOS_ID, sampling,
+        )  # fmt: skip
+        text = self._detokenize(ids[:, tf.newaxis], empty)[:, 0]
+        return {"outputs": text, "scores": tf.where(empty, 0.0, scores)}

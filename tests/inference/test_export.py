@@ -1,0 +1,774 @@
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_transformer import config
+from keras_transformer.config import BOS_ID, EOS_ID
+from keras_transformer.inference.export import (
+    AVERAGE_LAST,
+    ExportError,
+    export_run,
+    export_translator,
+    models_config,
+    warmup_record,
+)
+from keras_transformer.inference.translator import Translator
+from keras_transformer.run_dir import load_trained
+from tests.inference import reference
+from tests.run_fixture import make_run
+
+SENTENCES = ["A man is riding a bike.", "Two dogs play in the snow.", "A girl."]
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# Runs in a fresh interpreter that imports only tensorflow and tensorflow_text, loading the
+# SavedModel through a TF1 session and its SignatureDefs, as TF Serving does. argv[2] is a
+# JSON list of requests: {"signature": name, "inputs": [str], "options": {name: [value]}};
+# strings travel as latin-1 code points (so any bytes can be sent), outputs come back whole.
+TF1_CLIENT = r"""
+import json, sys
+import numpy as np
+import tensorflow as tf
+import tensorflow_text  # noqa: F401
+assert not any(m.startswith("keras_transformer") for m in sys.modules)
+tf.compat.v1.disable_eager_execution()
+requests = json.loads(sys.argv[2])
+results = []
+
+def value(info, data):
+    dtype = tf.dtypes.as_dtype(info.dtype)
+    if dtype == tf.string:
+        return np.array([s.encode("latin-1") for s in data], dtype=object)
+    return np.array(data, dtype=dtype.as_numpy_dtype)
+
+def plain(array):
+    if array.dtype == object:
+        return tf.nest.map_structure(lambda o: o.decode("utf-8"), array.tolist())
+    return array.tolist()
+
+with tf.compat.v1.Session(graph=tf.Graph()) as sess:
+    meta = tf.compat.v1.saved_model.loader.load(sess, ["serve"], sys.argv[1])
+    signatures = {
+        name: {"inputs": sorted(sig.inputs), "outputs": sorted(sig.outputs)}
+        for name, sig in meta.signature_def.items()
+    }
+    for request in requests:
+        sig = meta.signature_def[request.get("signature", "serving_default")]
+        fetch = {k: v.name for k, v in sig.outputs.items()}
+        given = {"inputs": request["inputs"], **request.get("options", {})}
+        feed = {sig.inputs[k].name: value(sig.inputs[k], v) for k, v in given.items()}
+        try:
+            results.append({k: plain(v) for k, v in sess.run(fetch, feed).items()})
+        except tf.errors.InvalidArgumentError as err:
+            results.append({"error": err.message[:400]})
+print(json.dumps({"signatures": signatures, "results": results}))
+"""
+
+
+def tf1_session(path, requests):
+    out = subprocess.run(
+        [sys.executable, "-c", TF1_CLIENT, path, json.dumps(requests)],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd="/",
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory, multi30k_dir):
+    base = tmp_path_factory.mktemp("serving")
+    run = make_run(str(base / "run"), multi30k_dir)
+    path = export_run(run, str(base / "exports"), model_name="transformer", max_extra_length=10)
+    return run, str(base / "exports"), path
+
+
+def test_layout(exported):
+    run, export_dir, path = exported
+    assert path == os.path.join(export_dir, "transformer", "1")
+    for name in (
+        "saved_model.pb",
+        "variables",
+        "assets/spm.model",
+        "assets.extra/tf_serving_warmup_requests",
+    ):
+        assert os.path.exists(os.path.join(path, name)), name
+    with open(os.path.join(export_dir, "models.config")) as handle:
+        config = handle.read()
+    assert config == models_config("transformer", "/models/transformer")
+
+
+OTHER_MODELS = """model_config_list {
+  config {
+    name: "de_en"
+    base_path: "/models/de_en {\\"odd\\"}"
+    model_platform: "tensorflow"
+    model_version_policy { specific { versions: 2 } }
+  }
+  config {
+    name: "transformer"
+    base_path: "/old/path"
+    model_platform: "tensorflow"
+  }
+  config { name: "fr_en" base_path: "/models/fr_en" model_platform: "tensorflow" }
+}
+"""
+
+
+def test_models_config_keeps_the_other_models():
+    from google.protobuf import text_format
+    from tensorflow_serving.config import model_server_config_pb2
+
+    def parse(text):
+        return text_format.Parse(text, model_server_config_pb2.ModelServerConfig())
+
+    merged = models_config("transformer", "/models/transformer", OTHER_MODELS)
+    entries = parse(merged).model_config_list.config
+    assert [c.name for c in entries] == ["de_en", "transformer", "fr_en"]
+    assert entries[1].base_path == "/models/transformer"
+    old = parse(OTHER_MODELS).model_config_list.config
+    assert entries[0] == old[0] and entries[2] == old[2]  # kept field for field
+    added = parse(models_config("new", "/models/new", merged)).model_config_list.config
+    assert [c.name for c in added] == ["de_en", "transformer", "fr_en", "new"]
+    with pytest.raises(ExportError, match="models.config"):
+        models_config("x", "/x", "not a config {", "exports/models.config")
+
+
+def test_models_config_reads_comments_and_single_quotes():
+    """A `# ... }` comment and a name in single quotes are text-format protobuf: every model
+    after the comment is kept, and the quoted entry is replaced, not doubled."""
+    existing = """model_config_list {
+  # the German model }
+  config { name: 'transformer' base_path: "/old" model_platform: "tensorflow" }
+  config { name: "after_comment" base_path: "/models/after" model_platform: "tensorflow" }
+}
+"""
+    from google.protobuf import text_format
+    from tensorflow_serving.config import model_server_config_pb2
+
+    merged = models_config("transformer", "/models/transformer", existing)
+    config = text_format.Parse(merged, model_server_config_pb2.ModelServerConfig())
+    entries = config.model_config_list.config
+    assert [(c.name, c.base_path) for c in entries] == [
+        ("transformer", "/models/transformer"),
+        ("after_comment", "/models/after"),
+    ]
+
+
+def test_two_concurrent_exports_keep_their_own_files(exported, tmp_path):
+    """Each export stages in a private directory: two at once, of the same version number
+    even, never delete each other's files; one wins, the other says the version exists."""
+    import threading
+
+    run, _, _ = exported
+    model, tokenizer, _ = load_trained(run, average_last=1)
+    translator = Translator(model, tokenizer, max_extra_length=3)
+    results = []
+
+    def export():
+        try:
+            results.append(export_translator(translator, str(tmp_path), version=1))
+        except ExportError as err:
+            results.append(err)
+
+    other = tmp_path / "transformer" / ".tmp-1"  # where another export (old naming) stages
+    other.mkdir(parents=True)
+    (other / "saved_model.pb").write_bytes(b"another export's file")
+    threads = [threading.Thread(target=export) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    paths = [r for r in results if isinstance(r, str)]
+    assert len(paths) >= 1 and all(isinstance(r, (str, ExportError)) for r in results)
+    assert (other / "saved_model.pb").read_bytes() == b"another export's file"
+    assert sorted(os.listdir(tmp_path / "transformer")) == [".tmp-1", "1"]  # ours cleaned up
+    loaded = tf.saved_model.load(paths[0])
+    assert (
+        loaded.signatures["serving_default"](inputs=tf.constant(["A dog."]))["outputs"].shape == 1
+    )
+
+
+def test_next_version_and_no_overwrite(exported):
+    run, export_dir, _ = exported
+    second = export_run(run, export_dir, max_extra_length=10, beam_size=1)
+    assert second.endswith(os.path.join("transformer", "2"))
+    with pytest.raises(ExportError, match="already exists"):
+        export_run(run, export_dir, version=1)
+
+
+def test_tf1_session_in_a_fresh_process_matches_the_translator(exported):
+    run, _, path = exported
+    weird = ["", "   ", "caf\xc3 \xff broken", " ".join(["word"] * 700)]  # latin-1 -> raw bytes
+    result = tf1_session(path, [{"inputs": SENTENCES}, {"inputs": weird}, {"inputs": []}])
+    assert result["signatures"]["serving_default"] == {
+        "inputs": ["inputs"],
+        "outputs": ["outputs", "scores"],
+    }
+    assert result["signatures"]["translate_with_options"] == {
+        "inputs": [
+            "alpha", "beam_size", "inputs", "max_extra_length", "num_hypotheses", "target_prefix",
+        ],
+        "outputs": ["outputs", "scores"],
+    }  # fmt: skip
+    assert result["signatures"]["score"] == {
+        "inputs": ["inputs", "targets"],
+        "outputs": ["attention", "scores", "source_tokens", "target_tokens", "token_scores"],
+    }
+    assert result["signatures"]["sample"] == {
+        "inputs": ["inputs", "seed", "temperature", "top_k", "top_p"],
+        "outputs": ["outputs", "scores"],
+    }
+    model, tokenizer, _ = load_trained(run, average_last=AVERAGE_LAST)
+    expected = Translator(model, tokenizer, max_extra_length=10)(tf.constant(SENTENCES))
+    assert result["results"][0]["outputs"] == [s.decode() for s in expected["outputs"].numpy()]
+    assert result["results"][0]["scores"] == pytest.approx(
+        expected["scores"].numpy().tolist(), abs=1e-4
+    )
+    weird_out = result["results"][1]
+    assert weird_out["outputs"][:2] == ["", ""] and len(weird_out["outputs"]) == 4
+    assert result["results"][2] == {"outputs": [], "scores": []}
+
+
+def options(n, beam_size=4, alpha=0.6, max_extra_length=10, num_hypotheses=1, prefix=""):
+    """translate_with_options' per-sentence inputs for n sentences, each a list (a value
+    given as a list is taken as it is)."""
+    given = {
+        "beam_size": beam_size,
+        "alpha": alpha,
+        "max_extra_length": max_extra_length,
+        "num_hypotheses": num_hypotheses,
+        "target_prefix": prefix,
+    }
+    return {k: v if isinstance(v, list) else [v] * n for k, v in given.items()}
+
+
+def test_translate_with_options_through_a_tf1_session(exported):
+    """Each option does what it says, per request, in a process without keras_transformer."""
+    run, _, path = exported
+    source = SENTENCES + ["A little girl climbs into a wooden playhouse.", "A dog runs."]
+    with_options = lambda **kw: {  # noqa: E731
+        "signature": "translate_with_options",
+        "inputs": source,
+        "options": options(len(source), **kw),
+    }
+    requests = [
+        {"inputs": source},  # serving_default, exported with beam 4, alpha 0.6, +10
+        with_options(),
+        with_options(beam_size=1, alpha=0.0, max_extra_length=6),
+        with_options(beam_size=6, alpha=0.0, num_hypotheses=6),
+        with_options(beam_size=6, alpha=1.5, num_hypotheses=6),
+        with_options(beam_size=5, num_hypotheses=3),
+    ]
+    default, same, greedy, short_pref, long_pref, three = tf1_session(path, requests)["results"]
+    # the export's own settings through the options signature: serving_default's result
+    assert [row[0] for row in same["outputs"]] == default["outputs"]
+    assert [row[0] for row in same["scores"]] == pytest.approx(default["scores"], abs=1e-5)
+
+    model, tokenizer, _ = load_trained(run, average_last=AVERAGE_LAST)
+    translator = Translator(model, tokenizer, beam_size=1, alpha=0.0, max_extra_length=6)
+    source_ids, _, empty = translator._encode_inputs(tf.constant(source))
+    lengths = tf.reduce_sum(tf.cast(source_ids > 0, tf.int32), 1) + 6
+    ids, _ = reference.model_greedy(model, source_ids, lengths.numpy(), BOS_ID, EOS_ID)
+    expected = translator._detokenize(tf.constant(ids)[:, tf.newaxis], empty)[:, 0].numpy()
+    assert [row[0] for row in greedy["outputs"]] == [t.decode() for t in expected]  # beam 1
+
+    # num_hypotheses shapes the output; the n best are sorted
+    assert [len(row) for row in three["outputs"]] == [3] * len(source)
+    assert all(np.all(np.diff(row) <= 1e-6) for row in three["scores"])
+
+    # alpha, per request: the n-best lists are those of translators built with that alpha
+    for result, alpha in ((short_pref, 0.0), (long_pref, 1.5)):
+        built = Translator(model, tokenizer, beam_size=6, alpha=alpha, max_extra_length=10)
+        expected = built.translate_nbest(tf.constant(source))
+        texts = expected["outputs"].numpy()
+        assert result["outputs"] == [[t.decode() for t in row] for row in texts]
+        np.testing.assert_allclose(result["scores"], expected["scores"], atol=1e-4)
+    # and alpha is the length-penalty exponent: the same hypothesis scores log p under 0 and
+    # log p / ((5 + n) / 6) ** 1.5 under 1.5, n being its length (an integer, eos included)
+    shared = 0
+    for texts0, scores0, texts15, scores15 in zip(
+        short_pref["outputs"], short_pref["scores"], long_pref["outputs"], long_pref["scores"]
+    ):
+        for text, score0 in zip(texts0, scores0):
+            if texts0.count(text) == texts15.count(text) == 1 and score0 < -1e-3:
+                n = 6 * (score0 / scores15[texts15.index(text)]) ** (1 / 1.5) - 5
+                assert n == pytest.approx(round(n), abs=1e-2) and round(n) >= 1
+                shared += 1
+    assert shared >= len(source)
+
+
+@pytest.mark.parametrize(
+    "bad, name",
+    [
+        (dict(beam_size=0), "beam_size"),
+        (dict(alpha=-1.0), "alpha"),
+        (dict(beam_size=2, num_hypotheses=3), "num_hypotheses"),
+        (dict(max_extra_length=0), "max_extra_length"),
+        (dict(beam_size=[4, 0, 4]), "beam_size"),  # one sentence's value
+        (dict(alpha=[0.6]), "alpha"),  # not one value per sentence
+    ],
+)
+def test_bad_options_are_invalid_argument_errors_naming_the_input(exported, bad, name):
+    _, _, path = exported
+    request = {
+        "signature": "translate_with_options",
+        "inputs": SENTENCES,
+        "options": options(len(SENTENCES), **bad),
+    }
+    (result,) = tf1_session(path, [request])["results"]
+    assert f"translate_with_options: input {name} must be" in result["error"]
+
+
+def test_saved_model_cli_run(exported):
+    _, _, path = exported
+    cli = (
+        "import sys, tensorflow_text; from tensorflow.python.tools import saved_model_cli; "
+        "sys.argv = ['saved_model_cli'] + sys.argv[1:]; saved_model_cli.main()"
+    )
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            cli,
+            "run",
+            "--dir",
+            path,
+            "--tag_set",
+            "serve",
+            "--signature_def",
+            "translate_nbest",
+            "--input_exprs",
+            'inputs=["A girl.", ""]',
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert (
+        "Result for output key outputs" in out.stdout
+        and "Result for output key scores" in out.stdout
+    )
+
+
+def test_warmup_record_is_a_prediction_log(exported):
+    from tensorflow_serving.apis import prediction_log_pb2
+
+    _, _, path = exported
+    records = list(
+        tf.data.TFRecordDataset(os.path.join(path, "assets.extra", "tf_serving_warmup_requests"))
+    )
+    log = prediction_log_pb2.PredictionLog.FromString(records[0].numpy())
+    request = log.predict_log.request
+    assert request.model_spec.name == "transformer"
+    assert request.model_spec.signature_name == "serving_default"
+    assert tf.make_ndarray(request.inputs["inputs"]).shape == (3,)
+    assert log.SerializeToString() == warmup_record(
+        "transformer", [b.decode() for b in tf.make_ndarray(request.inputs["inputs"])]
+    )
+
+
+def test_export_cli_names_a_bad_model_dir(tmp_path):
+    out = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(ROOT, "export.py"),
+            "--model-dir",
+            str(tmp_path / "nope"),
+            "--export-dir",
+            str(tmp_path / "exports"),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 2
+    assert "config.json not found" in out.stderr and "Traceback" not in out.stderr
+
+
+def run_module(*args, **kwargs):
+    return subprocess.run(
+        [sys.executable, *args], capture_output=True, text=True, cwd=ROOT, **kwargs
+    )
+
+
+def test_export_cli_merges_models_config_and_says_what_it_wrote(exported, tmp_path):
+    run, _, _ = exported
+    export_dir = tmp_path / "exports"
+    export_dir.mkdir()
+    (export_dir / "models.config").write_text(OTHER_MODELS)
+    out = run_module("export.py", "--model-dir", run, "--export-dir", str(export_dir), check=True)
+    path = str(export_dir / "transformer" / "1")
+    assert f"{path}: " in out.stdout and "MiB on disk" in out.stdout
+    assert os.path.join(path, "saved_model.pb") in out.stdout
+    assert (
+        "signature translate_with_options: (alpha float32[None], beam_size int32[None], "
+        "inputs string[None], max_extra_length int32[None], num_hypotheses int32[None], "
+        "target_prefix string[None]) -> (outputs string[None, None], scores float32[None, None])"
+    ) in out.stdout
+    assert "signature serving_default: (inputs string[None]) -> (outputs string[None]" in (
+        out.stdout
+    )
+    config = (export_dir / "models.config").read_text()
+    assert config == models_config("transformer", "/models/transformer", OTHER_MODELS)
+
+
+def test_export_defaults_are_the_librarys():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("export_cli", os.path.join(ROOT, "export.py"))
+    cli = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cli)
+    args = cli.parse_args(["--model-dir", "r", "--export-dir", "e"])
+    assert (args.beam_size, args.alpha, args.max_extra_length) == (
+        config.BEAM_SIZE,
+        config.ALPHA,
+        config.MAX_EXTRA_LENGTH,
+    )
+    assert args.average_last == AVERAGE_LAST == 5
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--beam-size", "0"], "--beam-size: beam_size must be in [1, 64], got 0"),
+        (["--alpha", "-1"], "--alpha: alpha must be a finite number >= 0, got -1.0"),
+        (["--version", "0"], "--version must be >= 1, got 0"),
+    ],
+)
+def test_export_cli_names_a_bad_flag(tmp_path, flags, message):
+    out = run_module(
+        "export.py", "--model-dir", str(tmp_path), "--export-dir", str(tmp_path), *flags
+    )
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.strip().splitlines()[-1] == f"export.py: error: {message}"
+
+
+SOURCES = SENTENCES + [
+    "A little girl climbs into a wooden playhouse.",
+    "Two young guys with shaggy hair look at their hands while hanging out in the yard.",
+    "Dogs.",
+]
+
+
+def test_translate_keeps_input_order_and_shows_progress(exported, tmp_path):
+    run, _, path = exported
+    src = tmp_path / "in.txt"
+    src.write_text("\n".join(SOURCES) + "\n")
+    out = run_module(
+        "-m", "keras_transformer.inference.translate", "--model", path, "--input", str(src),
+        "--batch-size", "2", check=True,
+    )  # fmt: skip
+    model, tokenizer, _ = load_trained(run, average_last=AVERAGE_LAST)
+    expected = Translator(model, tokenizer, max_extra_length=10)(tf.constant(SOURCES))
+    # batched by length (not input order), written back in input order
+    assert out.stdout.splitlines() == [t.decode() for t in expected["outputs"].numpy()]
+    assert f"{len(SOURCES)}/{len(SOURCES)}" in out.stderr  # the progress bar
+    # per-request options: beam 1 through translate_with_options
+    greedy = run_module(
+        "-m", "keras_transformer.inference.translate", "--model", path, "--input", str(src),
+        "--beam-size", "1", "--alpha", "0", "--max-extra-length", "10", check=True,
+    )  # fmt: skip
+    one = Translator(model, tokenizer, beam_size=1, alpha=0.0, max_extra_length=10)
+    expected = one(tf.constant(SOURCES))["outputs"].numpy()
+    assert greedy.stdout.splitlines() == [t.decode() for t in expected]
+
+
+def test_evaluate_scores_the_translations_in_order(exported, tmp_path):
+    from keras_transformer.inference.evaluation import score
+
+    run, _, path = exported
+    src, ref = tmp_path / "in.txt", tmp_path / "ref.txt"
+    src.write_text("\n".join(SOURCES) + "\n")
+    references = list(reversed(SOURCES))  # any fixed references: the BLEU must be theirs
+    ref.write_text("\n".join(references) + "\n")
+    out = run_module(
+        "-m", "keras_transformer.inference.evaluate", "--model", path, "--src", str(src),
+        "--ref", str(ref), "--batch-size", "4", check=True,
+    )  # fmt: skip
+    result = json.loads(out.stdout)
+    model, tokenizer, _ = load_trained(run, average_last=AVERAGE_LAST)
+    hyps = Translator(model, tokenizer, max_extra_length=10)(tf.constant(SOURCES))["outputs"]
+    expected = score([h.decode() for h in hyps.numpy()], references)
+    assert result["bleu"] == expected["bleu"] and result["chrf"] == expected["chrf"]
+    assert result["sentences"] == len(SOURCES) and result["target_tokens_per_s"] > 0
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--ref", "{missing}"], "{missing} not found"),
+        (["--beam-size", "0"], "--beam-size: beam_size must be in [1, 64], got 0"),
+        (["--batch-size", "0"], "--batch-size must be >= 1, got 0"),
+        (["--model", "{tmp}"], "no saved_model.pb in {tmp}: is it an export version?"),
+    ],
+)
+def test_evaluate_names_the_bad_flag_or_file(exported, tmp_path, flags, message):
+    _, _, path = exported
+    src = tmp_path / "in.txt"
+    src.write_text("A girl.\n")
+    fill = {"missing": str(tmp_path / "nope.txt"), "tmp": str(tmp_path)}
+    argv = ["--model", path, "--src", str(src), "--ref", str(src)]
+    argv += [f.format(**fill) for f in flags]
+    out = run_module("-m", "keras_transformer.inference.evaluate", *argv)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.strip().splitlines()[-1] == f"evaluate: error: {message.format(**fill)}"
+
+
+def concatenated(first, second):
+    """The request TF Serving's batcher makes of two: every input concatenated on axis 0."""
+    merged = {"signature": first["signature"], "inputs": first["inputs"] + second["inputs"]}
+    merged["options"] = {k: v + second["options"][k] for k, v in first["options"].items()}
+    return merged
+
+
+def split(result, n):
+    return [{k: v[:n] for k, v in result.items()}, {k: v[n:] for k, v in result.items()}]
+
+
+def assert_same(got, expected, text_keys):
+    for key, value in expected.items():
+        if key in text_keys:
+            assert got[key] == value, key
+        else:
+            np.testing.assert_allclose(np.array(got[key], float), np.array(value, float), atol=1e-4)
+
+
+def test_every_signature_survives_server_side_batching(exported):
+    """Two requests concatenated along axis 0 give exactly the two separate results, through
+    a TF1 session: translate_with_options (different options and prefixes per sentence,
+    different num_hypotheses per request), score (different target lengths) and sample."""
+    _, _, path = exported
+    a_src, b_src = SENTENCES[:2], [SOURCES[3], SOURCES[4], "Dogs."]
+    translate = [
+        {"signature": "translate_with_options", "inputs": a_src, "options": options(
+            2, beam_size=[1, 5], alpha=[0.0, 1.0], max_extra_length=[4, 10],
+            num_hypotheses=[1, 2], prefix=["", "Ein"])},
+        {"signature": "translate_with_options", "inputs": b_src, "options": options(
+            3, beam_size=[3, 2, 6], num_hypotheses=[3, 1, 1], prefix=["Zwei", "", ""])},
+    ]  # fmt: skip
+    score = [
+        {"signature": "score", "inputs": a_src, "options": {"targets": ["Ein Mann.", "Zwei"]}},
+        {"signature": "score", "inputs": b_src, "options": {"targets": ["x", "", "Hunde."]}},
+    ]
+    sample = [
+        {"signature": "sample", "inputs": a_src, "options": {
+            "temperature": [1.0, 0.7], "top_k": [0, 5], "top_p": [0.9, 1.0], "seed": [3, 4]}},
+        {"signature": "sample", "inputs": b_src, "options": {
+            "temperature": [1.5, 1.0, 1.0], "top_k": [0, 0, 1], "top_p": [1.0, 1.0, 1.0],
+            "seed": [7, 3, 1]}},
+    ]  # fmt: skip
+    requests = [*translate, concatenated(*translate), *score, concatenated(*score)]
+    requests += [*sample, concatenated(*sample)]
+    results = tf1_session(path, requests)["results"]
+    assert not any("error" in r for r in results)
+    for i, texts in ((0, ("outputs",)), (3, ("target_tokens", "source_tokens")), (6, ("outputs",))):
+        first, second, merged = results[i : i + 3]
+        got_first, got_second = split(merged, 2)
+        if i == 0:  # N is the largest num_hypotheses of the (merged) request
+            assert np.array(merged["outputs"]).shape == (5, 3)
+            assert got_first["outputs"][1][2] == "" and got_first["scores"][1][2] == -np.inf
+            got_first = {k: [row[:2] for row in v] for k, v in got_first.items()}
+        if i == 3:  # padding to the merged request's longest sentence
+            got_first = {k: [row[: len(first[k][0])] for row in v] if k != "scores" else v
+                         for k, v in got_first.items()}  # fmt: skip
+            got_first["attention"] = [
+                [r[: len(first["source_tokens"][0])] for r in m[: len(first["target_tokens"][0])]]
+                for m in got_first["attention"]
+            ]
+            got_second = {
+                k: [row[: len(second[k][0])] for row in v] if k != "scores" else v
+                for k, v in got_second.items()
+            }
+            got_second["attention"] = [
+                [r[: len(second["source_tokens"][0])] for r in m[: len(second["target_tokens"][0])]]
+                for m in got_second["attention"]
+            ]
+        assert_same(got_first, first, texts)
+        assert_same(got_second, second, texts)
+    # a prefix starts every hypothesis
+    assert results[0]["outputs"][1][0].startswith("Ein")
+    assert all(text.startswith("Zwei") for text in results[1]["outputs"][0])
+
+
+def test_score_gives_the_search_its_own_score_and_aligns(exported):
+    """For beam 1 / alpha 0 translations, `score` returns the search's log-probability (to
+    1e-3, where re-tokenizing gives the same pieces); its pieces end with eos, its token
+    scores sum to the score and its attention rows are distributions over the source."""
+    run, _, path = exported
+    source = SOURCES
+    greedy, = tf1_session(path, [{
+        "signature": "translate_with_options", "inputs": source,
+        "options": options(len(source), beam_size=1, alpha=0.0)}])["results"]  # fmt: skip
+    targets = [row[0] for row in greedy["outputs"]]
+    as_sent = [t.encode("utf-8").decode("latin-1") for t in targets]  # the client's bytes
+    (scored,) = tf1_session(
+        path, [{"signature": "score", "inputs": source, "options": {"targets": as_sent}}]
+    )["results"]
+    model, tokenizer, _ = load_trained(run, average_last=AVERAGE_LAST)
+    translator = Translator(model, tokenizer, beam_size=1, alpha=0.0, max_extra_length=10)
+    ids, _, _ = translator.search(tf.constant(source), 1)
+    checked = 0
+    for i, target in enumerate(targets):
+        pieces = [p for p in scored["target_tokens"][i] if p]
+        assert pieces[-1] == "</s>"
+        n = len(pieces)
+        assert sum(scored["token_scores"][i][:n]) == pytest.approx(scored["scores"][i], abs=1e-4)
+        retokenized = tokenizer.tokenize(tf.constant([target]))[0].numpy().tolist() + [EOS_ID]
+        searched = ids[i, 0].numpy().tolist()
+        if searched[: len(retokenized)] == retokenized:
+            assert scored["scores"][i] == pytest.approx(greedy["scores"][i][0], abs=1e-3)
+            checked += 1
+        rows = np.array(scored["attention"][i])[:n]
+        s = len([p for p in scored["source_tokens"][i] if p])
+        np.testing.assert_allclose(rows[:, :s].sum(-1), 1.0, atol=1e-4)
+        assert not rows[:, s:].any()
+    assert checked >= 1
+    # the same at the level of ids, for every sentence: forced decoding of the search's own
+    # tokens sums to the search's score
+    source_ids, _, _ = translator._encode_inputs(tf.constant(source))
+    for i in range(len(source)):
+        tokens = ids[i, 0].numpy().tolist()
+        tokens = tokens[: tokens.index(EOS_ID) + 1]
+        logits, _ = model.forced_decode(
+            source_ids[i : i + 1], tf.constant([[BOS_ID] + tokens[:-1]])
+        )
+        log_probs = tf.nn.log_softmax(logits[0]).numpy()
+        total = sum(log_probs[t, token] for t, token in enumerate(tokens))
+        assert total == pytest.approx(greedy["scores"][i][0], abs=1e-3)
+
+
+def test_sample_top_k_one_is_greedy_and_seeds_reproduce(exported):
+    _, _, path = exported
+    n = len(SOURCES)
+
+    def sample(seed, top_k=0, temperature=1.0):
+        return {"signature": "sample", "inputs": SOURCES, "options": {
+            "temperature": [temperature] * n, "top_k": [top_k] * n, "top_p": [1.0] * n,
+            "seed": [seed + i for i in range(n)]}}  # fmt: skip
+
+    greedy = {"signature": "translate_with_options", "inputs": SOURCES,
+              "options": options(n, beam_size=1, alpha=0.0)}  # fmt: skip
+    top1, again, same, other, beam1 = tf1_session(
+        path, [sample(0, top_k=1, temperature=0.5), sample(1), sample(1), sample(50), greedy]
+    )["results"]
+    assert top1["outputs"] == [row[0] for row in beam1["outputs"]]
+    assert top1["scores"] == pytest.approx([row[0] for row in beam1["scores"]], abs=1e-4)
+    assert again == same and again["outputs"] != other["outputs"]
+
+
+@pytest.mark.parametrize(
+    "options_, name",
+    [
+        ({"temperature": [0.0]}, "temperature"),
+        ({"top_k": [-1]}, "top_k"),
+        ({"top_p": [1.5]}, "top_p"),
+        ({"seed": [1, 2]}, "seed"),
+    ],
+)
+def test_bad_sampling_options_are_invalid_argument_errors_naming_the_input(
+    exported, options_, name
+):
+    _, _, path = exported
+    given = {"temperature": [1.0], "top_k": [0], "top_p": [1.0], "seed": [0], **options_}
+    request = {"signature": "sample", "inputs": ["A dog."], "options": given}
+    (result,) = tf1_session(path, [request])["results"]
+    assert f"sample: input {name} must be" in result["error"]
+
+
+def test_score_cli_writes_json_lines_in_input_order(exported, tmp_path):
+    _, _, path = exported
+    src, tgt = tmp_path / "src.txt", tmp_path / "tgt.txt"
+    src.write_text("\n".join(SOURCES) + "\n")
+    targets = ["Ein Mann fährt.", "Zwei Hunde.", "", "Ein Mädchen.", "Zwei Männer.", "Hunde."]
+    tgt.write_text("\n".join(targets) + "\n")
+    out = run_module(
+        "-m", "keras_transformer.inference.score", "--model", path, "--src", str(src),
+        "--tgt", str(tgt), "--batch-size", "2", check=True,
+    )  # fmt: skip
+    lines = [json.loads(line) for line in out.stdout.splitlines()]
+    as_sent = [t.encode("utf-8").decode("latin-1") for t in targets]  # the client's bytes
+    (expected,) = tf1_session(
+        path, [{"signature": "score", "inputs": SOURCES, "options": {"targets": as_sent}}]
+    )["results"]
+    assert [line["score"] for line in lines] == pytest.approx(expected["scores"], abs=1e-3)
+    for line in lines:
+        assert line["target_tokens"][-1] == "</s>"
+        assert len(line["alignment"]) == len(line["token_scores"]) == len(line["target_tokens"])
+        assert all(0 <= j < len(line["source_tokens"]) for j in line["alignment"])
+
+
+def test_translate_samples_and_completes_prefixes(exported, tmp_path):
+    _, _, path = exported
+    src, prefixes = tmp_path / "in.txt", tmp_path / "prefix.txt"
+    src.write_text("\n".join(SOURCES) + "\n")
+    prefixes.write_text("\n".join(["Ein", "", "Zwei", "", "", "Hunde"]) + "\n")
+    argv = ["-m", "keras_transformer.inference.translate", "--model", path, "--input", str(src)]
+    completed = run_module(*argv, "--prefix-file", str(prefixes), check=True).stdout.splitlines()
+    for text, prefix in zip(completed, ["Ein", "", "Zwei", "", "", "Hunde"]):
+        assert text.startswith(prefix)
+    sampled = [
+        run_module(
+            *argv,
+            "--sample-topk",
+            "5",
+            "--temperature",
+            "1.2",
+            "--seed",
+            seed,
+            "--batch-size",
+            batch,
+            check=True,
+        ).stdout  # fmt: skip
+        for seed, batch in (("1", "64"), ("1", "2"), ("9", "64"))
+    ]
+    assert sampled[0] == sampled[1] != sampled[2]  # the seed, not the batching, decides
+
+
+def test_translate_replaces_invalid_utf8_on_stdin_as_in_files(exported, tmp_path):
+    _, _, path = exported
+    raw = b"caf\xc3 \xff broken\nA dog.\n"
+    (tmp_path / "in.txt").write_bytes(raw)
+    argv = ["-m", "keras_transformer.inference.translate", "--model", path]
+    from_stdin = run_module(*argv, input=raw.decode("latin-1"), encoding="latin-1")
+    from_file = run_module(*argv, "--input", str(tmp_path / "in.txt"), check=True)
+    assert from_stdin.returncode == 0, from_stdin.stderr
+    assert from_stdin.stdout.encode("latin-1").decode("utf-8") == from_file.stdout
+
+
+def test_client_fills_per_sentence_vectors_with_the_librarys_defaults():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("client", os.path.join(ROOT, "serving/client.py"))
+    client = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(client)
+    defaults = client.DEFAULT_OPTIONS
+    assert (defaults["beam_size"], defaults["alpha"], defaults["max_extra_length"]) == (
+        config.BEAM_SIZE,
+        config.ALPHA,
+        config.MAX_EXTRA_LENGTH,
+    )
+    vectors = client.per_sentence({**defaults, "beam_size": 8}, 3)
+    assert vectors["beam_size"] == [8, 8, 8] and vectors["target_prefix"] == ["", "", ""]
+
+
+def test_tokenization_is_pinned_to_the_cpu_in_the_graph(exported):
+    """SentencePiece has CPU kernels only: every tokenize / detokenize / id-to-piece node of
+    the SavedModel's GraphDef (its functions included) must carry a CPU device, so that the
+    export places on a GPU server."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    _, _, path = exported
+    saved = saved_model_pb2.SavedModel()
+    with open(os.path.join(path, "saved_model.pb"), "rb") as handle:
+        saved.ParseFromString(handle.read())
+    graph = saved.meta_graphs[0].graph_def
+    nodes = list(graph.node) + [n for f in graph.library.function for n in f.node_def]
+    ops = ("SentencepieceTokenizeOp", "SentencepieceDetokenizeOp", "SentencepieceIdToStringOp")
+    found = [n for n in nodes if n.op in ops]
+    assert {n.op for n in found} == set(ops)
+    assert all("CPU:0" in n.device for n in found), {(n.op, n.device) for n in found}

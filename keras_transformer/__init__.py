@@ -1,12 +1,17 @@
 """keras-transformer: the Transformer of "Attention Is All You Need" in TensorFlow/Keras.
 
 The public names below are imported on first use (PEP 562), so that `import
-keras_transformer.config` (and every command's `--help`) does not start TensorFlow.
+keras_transformer.config` (and every command's `--help`) does not start TensorFlow. When
+TensorFlow or Keras is already imported, they are all imported at once instead (it costs
+nothing more), so that Keras knows every registered class: `keras.saving.load_model` of a
+`.keras` file finds `Transformer` and its layers. Otherwise touching any public name
+(e.g. `kt.Transformer`) registers them all.
 """
 
 from __future__ import annotations
 
 import importlib
+import sys
 
 __version__ = "0.1.0"
 
@@ -38,13 +43,22 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
+def _import_all() -> None:
+    """Imports every public name (and so registers every class with Keras)."""
+    for public, module in _EXPORTS.items():
+        globals()[public] = getattr(importlib.import_module(module), public)
+
+
 def __getattr__(name: str):
     if name not in _EXPORTS:
         raise AttributeError(f"module 'keras_transformer' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_EXPORTS[name]), name)
-    globals()[name] = value  # later lookups skip __getattr__
-    return value
+    _import_all()  # later lookups skip __getattr__
+    return globals()[name]
 
 
 def __dir__():
     return sorted(set(globals()) | set(_EXPORTS))
+
+
+if "tensorflow" in sys.modules or "keras" in sys.modules:
+    _import_all()

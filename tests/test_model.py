@@ -1,4 +1,6 @@
 import os
+import subprocess
+import sys
 
 import keras
 import numpy as np
@@ -162,3 +164,29 @@ def test_tf_checkpoint_round_trip_restores_every_weight(tmp_path):
     clone.build()
     tf.train.Checkpoint(model=clone).restore(path).assert_existing_objects_matched()
     np.testing.assert_allclose(clone((SRC, TGT)), model((SRC, TGT)), rtol=1e-6)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "imports",
+    ["import keras; import keras_transformer", "import keras_transformer as kt; kt.Transformer"],
+)
+def test_a_saved_model_loads_in_a_fresh_process(tmp_path, imports):
+    """`.keras` files load wherever the package is imported after Keras, or used."""
+    cfg = kt.TransformerConfig.preset("tiny", vocab_size=50)
+    model = kt.Transformer(cfg)
+    ids = np.array([[5, 6, 3, 0]], np.int32)
+    want = model((ids, ids), training=False).numpy()
+    path = str(tmp_path / "m.keras")
+    model.save(path)
+    np.save(tmp_path / "ids.npy", ids)
+    code = (
+        f"{imports}\nimport keras, numpy as np\n"
+        f"ids = np.load({str(tmp_path / 'ids.npy')!r})\n"
+        f"m = keras.saving.load_model({path!r})\n"
+        f"np.save({str(tmp_path / 'got.npy')!r}, m((ids, ids), training=False).numpy())\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(__file__))}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    np.testing.assert_allclose(np.load(tmp_path / "got.npy"), want, atol=1e-5)

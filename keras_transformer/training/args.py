@@ -14,6 +14,13 @@ from typing import Any
 
 from keras_transformer.config import BEAM_SIZE, PRESETS, ConfigError
 
+# The choices of --strategy and --precision (training.strategy implements them).
+STRATEGIES = ("default", "one_device", "mirrored", "multi_worker", "tpu")
+PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
+# How long a non-chief worker waits for the chief's tokenizer and config.json: the chief
+# trains SentencePiece on up to 2M sentences and counts batches first (WMT14: tens of minutes).
+WORKER_WAIT_SECONDS = 4 * 3600
+
 # A corpus with at least this many pairs gets the paper's recipe (WMT14: 4.5M pairs).
 LARGE_CORPUS = 1_000_000
 SMALL_CORPUS_EPOCHS = 20
@@ -42,15 +49,17 @@ class TrainArgs:
     data_dir: str | None = flag(
         None, "local data: Multi30k files or a TFDS data_dir (env KT_DATA_DIR)"
     )
-    strategy: str = flag(
-        "default",
-        "distribution strategy",
-        ("default", "one_device", "mirrored", "multi_worker", "tpu"),
+    tfds_download: bool = flag(
+        False, "let TFDS download and prepare a --dataset tfds:NAME missing from --data-dir"
+    )
+    strategy: str = flag("default", "distribution strategy", STRATEGIES)
+    worker_wait: int = flag(
+        WORKER_WAIT_SECONDS, "seconds a non-chief worker waits for the chief's config.json"
     )
     cpu_devices: int = flag(
         1, "split the CPU into N logical devices (multi-device paths without GPUs)"
     )
-    precision: str = flag("float32", "dtype policy", ("float32", "mixed_float16", "mixed_bfloat16"))
+    precision: str | None = flag(None, "dtype policy", PRECISIONS, auto="float32")
     vocab_size: int | None = flag(
         None, "joint SentencePiece vocabulary", auto="8000; 37000 for a large corpus"
     )
@@ -100,6 +109,7 @@ class TrainArgs:
 # Flags that a resumed run cannot change: they define the model, its schedule or the data order.
 FIXED_ON_RESUME = (
     "preset", "src_lang", "tgt_lang", "dataset", "vocab_size", "spm_model_type", "max_length",
+    "precision",
     "warmup_steps", "lr_scale", "dropout_rate", "label_smoothing", "steps_per_epoch", "seed",
     "batch_tokens", "accum_steps",
 )  # fmt: skip
@@ -111,7 +121,7 @@ def option(name: str) -> str:
 
 def validate(args: TrainArgs) -> None:
     """Raise ConfigError naming the flag for values no run can use."""
-    positive = ("cpu_devices", "accum_steps", "max_length", "keep_checkpoints", "log_every",
+    positive = ("cpu_devices", "worker_wait", "accum_steps", "max_length", "keep_checkpoints", "log_every",
                 "eval_beam_size", "vocab_size", "batch_tokens", "epochs", "train_steps",
                 "steps_per_epoch", "checkpoint_every", "eval_every", "warmup_steps")  # fmt: skip
     for name in positive:
@@ -177,6 +187,8 @@ def resolve(args: TrainArgs, *, num_pairs: int | None, batches_per_pass) -> Trai
         out.dropout_rate = preset_dropout if large else max(preset_dropout, 0.2)
     if out.label_smoothing is None:
         out.label_smoothing = 0.1
+    if out.precision is None:
+        out.precision = "float32"
     if out.checkpoint_every is None:
         out.checkpoint_every = max(100, int(round(out.train_steps / 70, -2)))
     if out.eval_every is None:

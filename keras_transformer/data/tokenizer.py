@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import io
-import itertools
 import os
+import random
 import re
 from collections.abc import Iterable
 
@@ -44,8 +44,11 @@ def train_sentencepiece(
 ) -> bytes:
     """Train one SentencePiece model on `sentences` (both languages) and return its proto.
 
-    SentencePiece keeps a uniform sample of at most `max_sentences` (its
-    `input_sentence_size`, drawn with `seed`), so memory stays bounded on any corpus size.
+    At most `max_sentences` are kept, a uniform sample drawn with `seed`, so memory stays
+    bounded on any corpus size. (SentencePiece's own `input_sentence_size` sampling would do
+    the same, but its sample differs from one process to the next whatever
+    `set_random_generator_seed` says (sentencepiece 0.2.3), and the same command must give
+    the same vocabulary.)
     Fixed ids: pad 0, unk 1, bos 2, eos 3, then the 256 byte pieces (byte fallback: a
     character absent from the training text is spelled in UTF-8 bytes, so `<unk>` never
     occurs), then every character of the training text, then the merges.
@@ -70,17 +73,13 @@ def train_sentencepiece(
             f"{NUM_BYTE_PIECES} byte pieces for unknown characters, then the characters "
             f"of the training text), got {vocab_size!r}"
         )
-    sentences = iter(sentences)
-    first = next(sentences, None)
-    if first is None:
+    sample = reservoir_sample(sentences, max_sentences, seed)
+    if not sample:
         raise TokenizerError("no sentences to train the SentencePiece model on")
     model = io.BytesIO()
-    spm.set_random_generator_seed(seed)  # the sample (and unigram's EM) from `seed`
     try:
         spm.SentencePieceTrainer.train(
-            sentence_iterator=itertools.chain([first], sentences),
-            input_sentence_size=max_sentences,  # a uniform sample of this size (reservoir)
-            shuffle_input_sentence=True,
+            sentence_iterator=iter(sample),
             model_writer=model,
             vocab_size=vocab_size,
             model_type=model_type,
@@ -110,6 +109,20 @@ def train_sentencepiece(
             f"at least {sizes.group(2)}"
         ) from None
     return model.getvalue()
+
+
+def reservoir_sample(items: Iterable[str], size: int, seed: int) -> list[str]:
+    """A uniform sample of at most `size` of `items`, in one pass (Algorithm R), seeded."""
+    rng = random.Random(seed)
+    sample: list[str] = []
+    for n, item in enumerate(items):
+        if len(sample) < size:
+            sample.append(item)
+        else:
+            j = rng.randrange(n + 1)
+            if j < size:
+                sample[j] = item
+    return sample
 
 
 class SubwordTokenizer(tf.Module):

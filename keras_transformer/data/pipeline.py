@@ -67,6 +67,19 @@ def tokenize_pairs(pairs: tf.data.Dataset, tokenizer: SubwordTokenizer) -> tf.da
     )
 
 
+def check_batch_settings(batch_tokens, max_length) -> None:
+    """Raise PipelineError naming the flag for a token budget or length no batch can use."""
+    if not isinstance(batch_tokens, int) or batch_tokens <= 0:
+        raise PipelineError(f"--batch-tokens must be a positive integer, got {batch_tokens!r}")
+    if not isinstance(max_length, int) or max_length <= 1:
+        raise PipelineError(f"--max-length must be an integer > 1, got {max_length!r}")
+    if batch_tokens < max_length:
+        raise PipelineError(
+            f"--batch-tokens ({batch_tokens}) must be at least --max-length ({max_length}) "
+            "so that the longest pair fits in a batch"
+        )
+
+
 def make_batches(
     pairs: tf.data.Dataset,
     tokenizer: SubwordTokenizer,
@@ -92,15 +105,7 @@ def make_batches(
     `Dataset.flat_map`), the order depends only on (`seed`, `epoch`): the same on every
     iteration, different from one epoch to the next.
     """
-    if not isinstance(batch_tokens, int) or batch_tokens <= 0:
-        raise PipelineError(f"--batch-tokens must be a positive integer, got {batch_tokens!r}")
-    if not isinstance(max_length, int) or max_length <= 1:
-        raise PipelineError(f"--max-length must be an integer > 1, got {max_length!r}")
-    if batch_tokens < max_length:
-        raise PipelineError(
-            f"--batch-tokens ({batch_tokens}) must be at least --max-length ({max_length}) "
-            "so that the longest pair fits in a batch"
-        )
+    check_batch_settings(batch_tokens, max_length)
     boundaries = boundaries or bucket_boundaries(max_length)
     stats = stats or PipelineStats()
 
@@ -194,10 +199,7 @@ def training_batches(
         raise PipelineError(f"start must be a stream position >= 0, got {start!r}")
     stats = stats or PipelineStats()
     first_pass, skip = split_position(start)
-    # validate the settings once, eagerly, so a bad flag fails before the stream is built
-    make_batches(
-        corpus.dataset, tokenizer, batch_tokens=batch_tokens, max_length=max_length, **kwargs
-    )
+    check_batch_settings(batch_tokens, max_length)  # before the stream is built
 
     def one_pass(epoch):
         batches = make_batches(

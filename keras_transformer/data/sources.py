@@ -11,13 +11,13 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import os
-import shutil
 import urllib.request
 from collections.abc import Callable
 
 import tensorflow as tf
 
 from keras_transformer.errors import KerasTransformerError
+from keras_transformer.files import write_atomic
 
 MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw"
 MULTI30K_SPLITS = {"train": "train", "validation": "val", "test": "test_2016_flickr"}
@@ -120,17 +120,7 @@ def read_parallel_files(source_path: str, target_path: str) -> ParallelText:
             path, compression_type="GZIP" if path.endswith(".gz") else ""
         )
 
-    dataset = tf.data.Dataset.zip((lines(source_path), lines(target_path)))
-    if skip:
-        skip_sorted = tf.constant(skip, tf.int64)
-
-        def keep(i, pair):
-            at = tf.searchsorted(skip_sorted, [i])[0]
-            return tf.logical_or(
-                at >= len(skip), tf.gather(skip_sorted, tf.minimum(at, len(skip) - 1)) != i
-            )
-
-        dataset = dataset.enumerate().filter(keep).map(lambda i, pair: pair)
+    dataset = _without_lines(tf.data.Dataset.zip((lines(source_path), lines(target_path))), skip)
     first_bad = "; ".join(
         f"first invalid UTF-8 in {path} at line {lines_[0] + 1}"
         for path, lines_ in bad_lines.items()
@@ -144,6 +134,21 @@ def read_parallel_files(source_path: str, target_path: str) -> ParallelText:
         skipped_empty=len(empty),
         skipped_invalid_utf8=len(bad),
     )
+
+
+def _without_lines(dataset: tf.data.Dataset, skip: list[int]) -> tf.data.Dataset:
+    """`dataset` without the elements at the (sorted, 0-based) positions `skip`."""
+    if not skip:
+        return dataset
+    skip_sorted = tf.constant(skip, tf.int64)
+
+    def keep(i, pair):
+        at = tf.searchsorted(skip_sorted, [i])[0]
+        return tf.logical_or(
+            at >= len(skip), tf.gather(skip_sorted, tf.minimum(at, len(skip) - 1)) != i
+        )
+
+    return dataset.enumerate().filter(keep).map(lambda i, pair: pair)
 
 
 def default_cache_dir() -> str:
@@ -191,12 +196,8 @@ def find_multi30k_file(
     target = os.path.join(cache, f"{name}.gz")
     os.makedirs(cache, exist_ok=True)
     try:
-        with (
-            urllib.request.urlopen(url, timeout=30) as response,
-            open(target + ".part", "wb") as out,
-        ):
-            shutil.copyfileobj(response, out)
-        os.replace(target + ".part", target)
+        with urllib.request.urlopen(url, timeout=30) as response:
+            write_atomic(target, response.read())  # a Multi30k file is at most a few MB
     except OSError as err:
         raise DataError(
             f"Multi30k file {name}(.gz) not found in: {looked}; and downloading {url} failed ({err}). "

@@ -1,4 +1,5 @@
-"""`TrainArgs`: every train.py flag, defined once, and how unset ones are resolved.
+"""`TrainArgs`: every train.py flag, defined once, and how unset ones are resolved into a
+run's `TrainSettings`.
 
 Priority, as in OpenNMT-tf's `--auto_config`: built-in defaults < automatic values (from the
 preset and the corpus size) < what the user sets. A field left at `None` is "automatic";
@@ -106,6 +107,12 @@ class TrainArgs:
     )
 
 
+@dataclasses.dataclass
+class TrainSettings(TrainArgs):
+    """A run's resolved settings (config.json "training"): the flags with every automatic
+    value filled in (`resolve`, or read back on a resume)."""
+
+
 # Flags that a resumed run cannot change: they define the model, its schedule or the data order.
 FIXED_ON_RESUME = (
     "preset", "src_lang", "tgt_lang", "dataset", "vocab_size", "spm_model_type", "max_length",
@@ -153,7 +160,7 @@ def check_resume(args: TrainArgs, saved: dict, config_path: str) -> None:
             )
 
 
-def resolve(args: TrainArgs, *, num_pairs: int | None, batches_per_pass) -> TrainArgs:
+def resolve(args: TrainArgs, *, num_pairs: int | None, batches_per_pass) -> TrainSettings:
     """Fill every automatic field from the preset and the corpus size.
 
     A corpus of `LARGE_CORPUS` pairs or more (or of unknown size, as TFDS datasets are
@@ -165,7 +172,7 @@ def resolve(args: TrainArgs, *, num_pairs: int | None, batches_per_pass) -> Trai
     batches of one pass over the corpus; it is only called when needed.
     """
     large = num_pairs is None or num_pairs >= LARGE_CORPUS
-    out = dataclasses.replace(args)
+    out = TrainSettings(**dataclasses.asdict(args))
     out.vocab_size = args.vocab_size or (37000 if large else 8000)
     out.batch_tokens = args.batch_tokens or (25000 if large else 4096)
     if out.steps_per_epoch is None:
@@ -198,7 +205,7 @@ def resolve(args: TrainArgs, *, num_pairs: int | None, batches_per_pass) -> Trai
     return out
 
 
-def describe(args: TrainArgs, given: TrainArgs) -> str:
+def describe(args: TrainSettings, given: TrainArgs) -> str:
     """The resolved settings, one line each, marking those that were resolved automatically."""
     lines = []
     for field in dataclasses.fields(args):
@@ -208,4 +215,12 @@ def describe(args: TrainArgs, given: TrainArgs) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["ConfigError", "TrainArgs", "check_resume", "describe", "resolve", "validate"]
+__all__ = [
+    "ConfigError",
+    "TrainArgs",
+    "TrainSettings",
+    "check_resume",
+    "describe",
+    "resolve",
+    "validate",
+]

@@ -268,7 +268,7 @@ class BleuEvaluation(keras.callbacks.Callback):
         self.progress.bad_evals.assign_add(1)
         return bool(self.patience) and int(self.progress.bad_evals.numpy()) >= self.patience
 
-    def _run(self, logs):
+    def _evaluate_now(self, logs):
         step = self.state.step
         if step == self.last_step or step == 0:  # nothing trained yet: nothing to evaluate
             return
@@ -283,10 +283,10 @@ class BleuEvaluation(keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch, logs=None):
         if self.every and self.state.step % self.every == 0:
-            self._run(logs)
+            self._evaluate_now(logs)
 
     def on_epoch_end(self, epoch, logs=None):
-        self._run(logs)
+        self._evaluate_now(logs)
 
 
 def agree_any(strategy: tf.distribute.Strategy | None, flag: bool) -> bool:

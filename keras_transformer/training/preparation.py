@@ -23,7 +23,13 @@ from keras_transformer.data import (
 from keras_transformer.data.tokenizer import TooManyPieces
 from keras_transformer.files import write_atomic
 from keras_transformer.run_dir import CONFIG_FILE, Run
-from keras_transformer.training.args import ConfigError, TrainArgs, check_resume, resolve
+from keras_transformer.training.args import (
+    ConfigError,
+    TrainArgs,
+    TrainSettings,
+    check_resume,
+    resolve,
+)
 
 
 def load_data(args: TrainArgs):
@@ -110,15 +116,16 @@ def new_settings(run_dir: Run, args: TrainArgs, train):
     return settings, tokenizer
 
 
-def resumed_settings(run_dir: Run, args: TrainArgs) -> TrainArgs:
+def resumed_settings(run_dir: Run, args: TrainArgs) -> TrainSettings:
     """The saved settings, with the flags given now for what a resume may change."""
     saved = run_dir.read_config().get("training")
     if not isinstance(saved, dict):
         raise ConfigError(f'{run_dir.path(CONFIG_FILE)} has no "training" settings')
     check_resume(args, saved, run_dir.path(CONFIG_FILE))
     known = {f.name for f in dataclasses.fields(TrainArgs)}
-    settings = dataclasses.replace(
-        args, **{k: v for k, v in saved.items() if k in known and getattr(args, k) is None}
+    given = dataclasses.asdict(args)
+    settings = TrainSettings(
+        **{**given, **{k: v for k, v in saved.items() if k in known and given[k] is None}}
     )
     if args.epochs is not None:
         settings.train_steps = args.epochs * settings.steps_per_epoch

@@ -15,7 +15,8 @@ with `LabelSmoothedCrossEntropy` it trains with Keras' own `fit` (the notebooks 
   read, taken from the positions that training batches carry, which is where a resumed run
   restarts its data.
 
-Every workaround for a Keras internal lives in this file, each with the reason.
+The workarounds for Keras internals that the step needs (`_agree_on_finite`,
+`_maybe_symbolic_build`, the reshape in `_record_loss`) are here, each with the reason.
 """
 
 from __future__ import annotations

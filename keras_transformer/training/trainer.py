@@ -16,7 +16,7 @@ from keras_transformer.model import Transformer
 from keras_transformer.optimization import paper_optimizer
 from keras_transformer.run_dir import LOG_DIR, Run
 from keras_transformer.training import callbacks as cb
-from keras_transformer.training.args import TrainArgs, describe, validate
+from keras_transformer.training.args import TrainArgs, TrainSettings, describe, validate
 from keras_transformer.training.preparation import load_data, settle
 from keras_transformer.training.step import TrainingModel
 from keras_transformer.training.strategy import is_chief, make_strategy, set_precision
@@ -87,7 +87,7 @@ def train(args: TrainArgs) -> dict:
 # -- stages ---------------------------------------------------------------------------------
 
 
-def build_model(config: TransformerConfig, settings: TrainArgs) -> TrainingModel:
+def build_model(config: TransformerConfig, settings: TrainSettings) -> TrainingModel:
     """The Transformer inside a TrainingModel, compiled with the paper's optimizer."""
     model = TrainingModel(Transformer(config), accum_steps=settings.accum_steps)
     model.compile(
@@ -100,7 +100,7 @@ def build_model(config: TransformerConfig, settings: TrainArgs) -> TrainingModel
     return model
 
 
-def validation_batches(valid, tokenizer, settings: TrainArgs) -> tf.data.Dataset:
+def validation_batches(valid, tokenizer, settings: TrainSettings) -> tf.data.Dataset:
     """The validation batches, with their count attached: Keras then stops after the last
     one instead of running into the end of the data (and warning that it ran out)."""
     batches = make_batches(

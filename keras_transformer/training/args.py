@@ -186,7 +186,9 @@ def resolve(args: TrainArgs, *, num_pairs: int | None, batches_per_pass) -> Trai
         out.train_steps = paper_steps if large else SMALL_CORPUS_EPOCHS * out.steps_per_epoch
     out.epochs = None
     if out.warmup_steps is None:
-        out.warmup_steps = 4000 if large else min(4000, max(100, round(0.4 * out.train_steps, -2)))
+        out.warmup_steps = (
+            4000 if large else min(4000, max(100, int(round(0.4 * out.train_steps, -2))))
+        )
     if out.lr_scale is None:
         out.lr_scale = 1.0 if large else 0.8
     preset_dropout = PRESETS[args.preset]["dropout_rate"]

@@ -42,7 +42,7 @@ def test_small_corpus_gets_the_multi30k_recipe():
     assert calls == [(8000, 4096)]
     assert (out.vocab_size, out.batch_tokens, out.steps_per_epoch) == (8000, 4096, 110)
     assert out.train_steps == 20 * 110
-    assert out.warmup_steps == 900  # 40% of the steps, rounded to 100
+    assert out.warmup_steps == 900 and isinstance(out.warmup_steps, int)  # 40%, to 100
     assert (out.lr_scale, out.dropout_rate, out.label_smoothing) == (0.8, 0.2, 0.1)
     assert out.checkpoint_every == 100 and out.eval_every == 220 and out.eval_sentences == 500
 

@@ -19,6 +19,9 @@ setup(
         "tensorflow-text>=2.21,<2.22",
         "keras>=3.10,<4",
         "tensorflow-datasets>=4.9,<5",
+        # tensorflow-datasets 4.9.10 imports it to build any dataset (its builders' module
+        # loading) but no longer gets it through etils >= 1.15: without it, TFDS fails at run time
+        "importlib_resources>=5",
         "sacrebleu>=2.4,<3",
         "sentencepiece>=0.2,<0.3",
         "numpy>=1.26",

@@ -1,8 +1,8 @@
 """Train a Transformer (default: small preset on Multi30k, en->de).
 
     python train.py --strategy mirrored
-    python train.py --dataset tfds:wmt14_translate/de-en --src-lang en --tgt-lang de \
-        --preset base --strategy mirrored --precision mixed_float16
+    python train.py --dataset tfds:wmt14_translate/de-en --data-dir ~/tensorflow_datasets \
+        --src-lang en --tgt-lang de --preset base --strategy mirrored --precision mixed_float16
 
 Running again with the same --model-dir resumes where it stopped.
 """
@@ -41,15 +41,18 @@ def parse_args(argv=None):
 
 
 def main(argv=None) -> int:
-    args = parse_args(argv)
+    args = parse_args(argv)  # no TensorFlow yet: --help and flag errors answer at once
     from keras_transformer.errors import KerasTransformerError
-    from keras_transformer.training.strategy import split_cpu
+    from keras_transformer.training.args import validate
 
     try:
-        split_cpu(args.cpu_devices)  # before anything starts TensorFlow's runtime
-        from keras_transformer.training.trainer import run
+        validate(args)
+        from keras_transformer.training.strategy import split_cpu
 
-        run(args)
+        split_cpu(args.cpu_devices)  # before anything starts TensorFlow's runtime
+        from keras_transformer.training.trainer import train
+
+        train(args)
     except KerasTransformerError as err:
         print(f"train.py: error: {err}", file=sys.stderr)
         return 2

@@ -11,8 +11,8 @@ pairs/s, target tokens/s (real, non-pad) over --batches batches after a warm-up,
 RSS. Streaming means the big corpus's peak RSS stays within 1.5x of Multi30k's.
 
 Two pipelines are measured, each in its own subprocess: `make_batches(...).repeat()` and
-`training_batches` (the restartable training stream: epochs of --steps-per-epoch batches,
-each seeded by (seed, epoch), starting at a seeded offset of the corpus).
+`training_batches` (the restartable training stream: full passes over the corpus, each
+shuffled with a seed drawn from (seed, pass)).
 """
 
 from __future__ import annotations
@@ -34,9 +34,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 PIPELINES = ("make_batches", "training_batches")
 
 
-def measure(
-    src: str, tgt: str, spm_model: str, batches: int, pipeline: str, steps_per_epoch: int
-) -> dict:
+def measure(src: str, tgt: str, spm_model: str, batches: int, pipeline: str) -> dict:
     import numpy as np
 
     from keras_transformer.data import (
@@ -55,15 +53,7 @@ def measure(
             pairs.dataset, tokenizer, batch_tokens=4096, max_length=128, seed=0
         ).repeat()
     else:
-        data = training_batches(
-            pairs.dataset,
-            tokenizer,
-            batch_tokens=4096,
-            max_length=128,
-            seed=0,
-            steps_per_epoch=steps_per_epoch,
-            num_pairs=pairs.num_pairs,
-        )
+        data = training_batches(pairs, tokenizer, batch_tokens=4096, max_length=128, seed=0)
     iterator = iter(data)
     for _ in range(20):  # warm-up: fill the shuffle buffer
         next(iterator)
@@ -105,16 +95,13 @@ def main(argv=None) -> None:
     )
     parser.add_argument("--big-pairs", type=int, default=4_500_000)
     parser.add_argument("--batches", type=int, default=300)
-    parser.add_argument("--steps-per-epoch", type=int, default=1000)
     parser.add_argument("--pipelines", nargs="+", choices=PIPELINES, default=list(PIPELINES))
     parser.add_argument(
         "--child", nargs=4, metavar=("SRC", "TGT", "SPM", "PIPELINE"), help=argparse.SUPPRESS
     )
     args = parser.parse_args(argv)
     if args.child:
-        print(
-            json.dumps(measure(*args.child[:3], args.batches, args.child[3], args.steps_per_epoch))
-        )
+        print(json.dumps(measure(*args.child[:3], args.batches, args.child[3])))
         return
 
     from keras_transformer.data.sources import find_multi30k_file
@@ -135,7 +122,7 @@ def main(argv=None) -> None:
 
         def child(a, b, pipeline):
             cmd = [sys.executable, __file__, "--child", a, b, spm_model, pipeline]
-            cmd += ["--batches", str(args.batches), "--steps-per-epoch", str(args.steps_per_epoch)]
+            cmd += ["--batches", str(args.batches)]
             out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
             return json.loads(out.strip().splitlines()[-1])
 

@@ -4,7 +4,7 @@
     spm.model        the joint SentencePiece model
     checkpoints/     tf.train.Checkpoint files (model, optimizer, loss scale, data position,
                      dropout RNG state, best BLEU), newest last
-    best/            the weights with the best validation BLEU
+    best/            the weights with the best validation BLEU, and that score
     logs/            TensorBoard event files
     metrics.jsonl    one JSON object per logged event
 
@@ -60,15 +60,26 @@ class Run:
         path = self.path(CONFIG_FILE)
         if not os.path.isfile(path):
             raise RunDirError(f"{path} not found: is {self.model_dir} a training run directory?")
-        with open(path, encoding="utf-8") as handle:
-            return json.load(handle)
+        try:
+            with open(path, encoding="utf-8") as handle:
+                config = json.load(handle)
+        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise RunDirError(
+                f"{path} is not valid JSON ({err}): restore it, or start a new --model-dir"
+            ) from None
+        if not isinstance(config, dict) or not isinstance(config.get("model"), dict):
+            raise RunDirError(f'{path} has no "model" configuration: is it a run\'s config.json?')
+        return config
 
     def write_config(self, config: dict) -> None:
         os.makedirs(self.model_dir, exist_ok=True)
         write_atomic(self.path(CONFIG_FILE), json.dumps(config, indent=2, sort_keys=True))
 
     def model_config(self) -> TransformerConfig:
-        return TransformerConfig.from_dict(self.read_config()["model"])
+        try:
+            return TransformerConfig.from_dict(self.read_config()["model"])
+        except (TypeError, KerasTransformerError) as err:
+            raise RunDirError(f"{self.path(CONFIG_FILE)}: {err}") from None
 
     def load_tokenizer(self):
         from keras_transformer.data.tokenizer import SubwordTokenizer
@@ -149,6 +160,14 @@ class Run:
     def append_metrics(self, record: dict) -> None:
         with open(self.path(METRICS_FILE), "a", encoding="utf-8") as handle:
             handle.write(json.dumps(record) + "\n")
+
+    def truncate_metrics(self, step: int) -> list[dict]:
+        """Keep the events up to `step` (a resumed run writes the later ones again); returns
+        the events kept."""
+        kept = [r for r in self.read_metrics() if r.get("step", 0) <= step]
+        if os.path.isfile(self.path(METRICS_FILE)):
+            write_atomic(self.path(METRICS_FILE), "".join(json.dumps(r) + "\n" for r in kept))
+        return kept
 
     def read_metrics(self) -> list[dict]:
         path = self.path(METRICS_FILE)

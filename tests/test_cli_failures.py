@@ -3,6 +3,8 @@ no file of an earlier run changed (the contract in tests/cli_contract.py)."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import shutil
 
 import pytest
@@ -40,6 +42,25 @@ def write_files(files: dict):
 
 TWO_LINES_ONE_PREFIX = write_files({"in.txt": "A dog.\nA cat.\n", "prefix.txt": "Ein\n"})
 
+
+def other_model(run_dir):
+    """The run's config.json describes another model (a wider one) than its checkpoint, as
+    after an upgrade that changed the layout, with complete training settings."""
+    from keras_transformer.training.args import TrainArgs
+
+    config = json.loads((run_dir / "config.json").read_text())
+    config["model"]["d_model"] = 32
+    config["training"] = dataclasses.asdict(
+        TrainArgs(
+            preset="tiny", vocab_size=config["model"]["vocab_size"], batch_tokens=512,
+            train_steps=10, steps_per_epoch=5, checkpoint_every=5, eval_every=5,
+            eval_sentences=4, warmup_steps=10, lr_scale=1.0, dropout_rate=0.1,
+            label_smoothing=0.1, precision="float32",
+        )
+    )  # fmt: skip
+    (run_dir / "config.json").write_text(json.dumps(config))
+
+
 CASES = [
     # ---- train.py
     Case(
@@ -50,7 +71,74 @@ CASES = [
     Case(
         "train-missing-files",
         ("train.py", "--model-dir", "{tmp}/new", "--dataset", "files"),
-        ("--dataset files",),
+        ("--dataset files", "--train-src", "--train-tgt"),
+    ),
+    Case(
+        "train-small-corpus-automatic-vocabulary",
+        (
+            "train.py",
+            "--model-dir",
+            "{tmp}/new",
+            "--dataset",
+            "files",
+            "--preset",
+            "tiny",
+            "--train-src",
+            "{tmp}/s.en",
+            "--train-tgt",
+            "{tmp}/s.de",
+            "--valid-src",
+            "{tmp}/s.en",
+            "--valid-tgt",
+            "{tmp}/s.de",
+        ),
+        ("the automatic --vocab-size 8000", "60 pairs", "pass --vocab-size"),
+        setup=lambda tmp: (
+            write("s.en", "".join(f"a small cat number {i}\n" for i in range(60)))(tmp),
+            write("s.de", "".join(f"eine kleine Katze Nummer {i}\n" for i in range(60)))(tmp),
+        ),
+    ),
+    Case(
+        "train-resume-checkpoint-of-another-model",
+        ("train.py", "--model-dir", "{run}", "--data-dir", "{data}", "--preset", "tiny"),
+        ("{run}/checkpoints/ckpt-5", "does not match", "new --model-dir"),
+        setup=lambda tmp: other_model(tmp / "run"),
+    ),
+    Case(
+        "train-corrupt-config",
+        ("train.py", "--model-dir", "{run}", "--data-dir", "{data}"),
+        ("{run}/config.json", "not valid JSON"),
+        setup=write("run/config.json", '{"model": {"vocab_size": 6'),
+    ),
+    Case(
+        "train-unknown-tfds-dataset",
+        (
+            "train.py",
+            "--model-dir",
+            "{tmp}/new",
+            "--dataset",
+            "tfds:no_such_dataset",
+            "--data-dir",
+            "{tmp}",
+        ),
+        ("unknown TFDS dataset 'no_such_dataset'",),
+    ),
+    Case(
+        "train-tfds-not-prepared",
+        (
+            "train.py",
+            "--model-dir",
+            "{tmp}/new",
+            "--dataset",
+            "tfds:wmt14_translate/de-en",
+            "--data-dir",
+            "{tmp}/empty",
+        ),
+        (
+            "wmt14_translate/de-en is not prepared in {tmp}/empty",
+            "downloads/manual",
+            "--tfds-download",
+        ),
     ),
     # ---- export.py
     Case(

@@ -4,8 +4,8 @@ tokenize -> bos/eos -> drop pairs over `max_length` (counted) -> shuffle (bounde
 bucket by length with a token budget -> pad to the bucket boundary -> prefetch.
 
 `make_batches` is one pass (validation, or one seeded epoch); `training_batches` is the
-infinite training stream whose batch i depends only on (seed, i), so it restarts exactly at
-any step.
+infinite training stream of full passes, each in an order of its own drawn from (seed, pass),
+whose every batch carries its stream position, so a run restarts exactly where it stopped.
 """
 
 from __future__ import annotations
@@ -47,9 +47,6 @@ class PipelineStats:
     too_long: tf.Variable = dataclasses.field(
         default_factory=lambda: tf.Variable(0, dtype=tf.int64, trainable=False, name="too_long")
     )
-    kept: tf.Variable = dataclasses.field(
-        default_factory=lambda: tf.Variable(0, dtype=tf.int64, trainable=False, name="kept")
-    )
 
 
 def tokenize_pairs(pairs: tf.data.Dataset, tokenizer: SubwordTokenizer) -> tf.data.Dataset:
@@ -68,6 +65,19 @@ def tokenize_pairs(pairs: tf.data.Dataset, tokenizer: SubwordTokenizer) -> tf.da
         .map(encode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
         .unbatch()
     )
+
+
+def check_batch_settings(batch_tokens, max_length) -> None:
+    """Raise PipelineError naming the flag for a token budget or length no batch can use."""
+    if not isinstance(batch_tokens, int) or batch_tokens <= 0:
+        raise PipelineError(f"--batch-tokens must be a positive integer, got {batch_tokens!r}")
+    if not isinstance(max_length, int) or max_length <= 1:
+        raise PipelineError(f"--max-length must be an integer > 1, got {max_length!r}")
+    if batch_tokens < max_length:
+        raise PipelineError(
+            f"--batch-tokens ({batch_tokens}) must be at least --max-length ({max_length}) "
+            "so that the longest pair fits in a batch"
+        )
 
 
 def make_batches(
@@ -95,15 +105,7 @@ def make_batches(
     `Dataset.flat_map`), the order depends only on (`seed`, `epoch`): the same on every
     iteration, different from one epoch to the next.
     """
-    if not isinstance(batch_tokens, int) or batch_tokens <= 0:
-        raise PipelineError(f"--batch-tokens must be a positive integer, got {batch_tokens!r}")
-    if not isinstance(max_length, int) or max_length <= 1:
-        raise PipelineError(f"--max-length must be an integer > 1, got {max_length!r}")
-    if batch_tokens < max_length:
-        raise PipelineError(
-            f"--batch-tokens ({batch_tokens}) must be at least --max-length ({max_length}) "
-            "so that the longest pair fits in a batch"
-        )
+    check_batch_settings(batch_tokens, max_length)
     boundaries = boundaries or bucket_boundaries(max_length)
     stats = stats or PipelineStats()
 
@@ -112,9 +114,7 @@ def make_batches(
 
     def fits(src, tgt_in, tgt_out):
         ok = tf.logical_and(tf.size(src) <= max_length, tf.size(tgt_in) <= max_length)
-        counter = tf.cond(
-            ok, lambda: stats.kept.assign_add(1), lambda: stats.too_long.assign_add(1)
-        )
+        counter = stats.too_long.assign_add(tf.cast(tf.logical_not(ok), tf.int64))
         with tf.control_dependencies([counter]):
             return tf.identity(ok)
 
@@ -156,58 +156,54 @@ def _shuffle_with_seed(data: tf.data.Dataset, buffer: int, seed: tf.Tensor) -> t
     return tf.data.Dataset.from_tensors(tf.cast(seed, tf.int64)).flat_map(shuffled)
 
 
+POSITION_BITS = 32  # a stream position is pass << POSITION_BITS | batch index in the pass
+
+
+def stream_position(epoch: int, index: int) -> int:
+    """The int64 position of batch `index` of pass `epoch` (what `training_batches` tags)."""
+    return (epoch << POSITION_BITS) | index
+
+
+def split_position(position: int) -> tuple[int, int]:
+    """(pass, batch index in the pass) of a stream position."""
+    return position >> POSITION_BITS, position & ((1 << POSITION_BITS) - 1)
+
+
 def training_batches(
-    pairs: tf.data.Dataset,
+    corpus,
     tokenizer: SubwordTokenizer,
     *,
     batch_tokens: int,
     max_length: int,
     seed: int,
-    steps_per_epoch: int,
-    start_step: int = 0,
+    start: int = 0,
     stats: PipelineStats | None = None,
-    num_pairs: int | None = None,
+    positions: bool = False,
     **kwargs,
 ) -> tf.data.Dataset:
-    """The infinite training stream of `((src, tgt_in), tgt_out)` batches, restartable.
+    """The infinite training stream of `((src, tgt_in), tgt_out)` batches (with `positions`:
+    `((src, tgt_in), tgt_out, position)`, which `TrainingModel` reads).
 
-    Epoch e (0, 1, ...) is exactly `steps_per_epoch` batches of `make_batches(..., epoch=e)`
-    over the corpus repeated (so a short corpus is repeated within the epoch), shuffled with
-    a seed that depends only on (`seed`, e). Batch i of the stream therefore depends only on
-    (`seed`, i), never on how often a dataset was iterated before. `start_step=s` begins at
-    epoch s // steps_per_epoch and skips s % steps_per_epoch batches of it; earlier epochs
-    are not replayed.
-
-    With `num_pairs` (the corpus size), epoch e starts at a pair offset drawn from
-    (`seed`, e) and wraps around, so that epochs shorter than the corpus still cover all of
-    it over time; without it every epoch starts at the corpus's first pair. Other keyword
-    arguments go to `make_batches` (shuffle_buffer, boundaries).
+    Pass e (0, 1, ...) is one full pass over `corpus` (a `ParallelText`): its pairs in the
+    order `corpus.epoch(seed, e)` gives, shuffled with a seed that depends only on
+    (`seed`, e), then batched by `make_batches`. Every pass sees every pair exactly once
+    (pairs over `max_length` dropped), in an order of its own. `position` (rows,) int64 tags
+    every row with `stream_position(pass, index of the batch in the pass)`, so a training
+    step knows where the stream stands. `start` (a stream position) begins at that batch of
+    its pass: earlier passes are not read again, and the batches of the same pass before
+    it are rebuilt from the pass's start (the shuffle buffer's state depends on them) but
+    never trained on. Other keyword arguments go to `make_batches` (shuffle_buffer,
+    boundaries).
     """
-    for name, value, low in (
-        ("--steps-per-epoch", steps_per_epoch, 1),
-        ("start_step", start_step, 0),
-    ):
-        if not isinstance(value, int) or isinstance(value, bool) or value < low:
-            raise PipelineError(f"{name} must be an integer >= {low}, got {value!r}")
-    if num_pairs is not None and (not isinstance(num_pairs, int) or num_pairs < 1):
-        raise PipelineError(f"num_pairs must be a positive integer, got {num_pairs!r}")
+    if not isinstance(start, int) or isinstance(start, bool) or start < 0:
+        raise PipelineError(f"start must be a stream position >= 0, got {start!r}")
     stats = stats or PipelineStats()
-    first_epoch, skip = divmod(start_step, steps_per_epoch)
-    # validate the settings once, eagerly, so a bad flag fails before the stream is built
-    make_batches(pairs, tokenizer, batch_tokens=batch_tokens, max_length=max_length, **kwargs)
+    first_pass, skip = split_position(start)
+    check_batch_settings(batch_tokens, max_length)  # before the stream is built
 
-    def one_epoch(epoch):
-        corpus = pairs.repeat()
-        if num_pairs is not None:
-            offset = tf.random.stateless_uniform(
-                [],
-                seed=tf.stack([tf.constant(seed, tf.int64), epoch]),
-                maxval=num_pairs,
-                dtype=tf.int64,
-            )
-            corpus = corpus.skip(offset)
+    def one_pass(epoch):
         batches = make_batches(
-            corpus,
+            corpus.epoch(seed, epoch),
             tokenizer,
             batch_tokens=batch_tokens,
             max_length=max_length,
@@ -217,7 +213,14 @@ def training_batches(
             prefetch=False,
             **kwargs,
         )
-        return batches.take(steps_per_epoch)
 
-    data = tf.data.Dataset.counter(first_epoch).flat_map(one_epoch).skip(skip)
+        def tag(index, batch):
+            (src, tgt_in), tgt_out = batch
+            shifted = tf.bitwise.left_shift(epoch, tf.constant(POSITION_BITS, tf.int64))
+            here = tf.bitwise.bitwise_or(shifted, index)
+            return (src, tgt_in), tgt_out, tf.fill(tf.shape(src)[:1], here)
+
+        return batches.enumerate().map(tag) if positions else batches
+
+    data = tf.data.Dataset.counter(first_pass).flat_map(one_pass).skip(skip)
     return data.prefetch(tf.data.AUTOTUNE)

@@ -11,12 +11,13 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import os
-import shutil
 import urllib.request
+from collections.abc import Callable
 
 import tensorflow as tf
 
 from keras_transformer.errors import KerasTransformerError
+from keras_transformer.files import write_atomic
 
 MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw"
 MULTI30K_SPLITS = {"train": "train", "validation": "val", "test": "test_2016_flickr"}
@@ -36,6 +37,24 @@ class ParallelText:
     num_pairs: int | None = None
     skipped_empty: int = 0
     skipped_invalid_utf8: int = 0
+    # Contiguous pieces of the corpus (with their sizes) that `epoch` interleaves in an order
+    # drawn from (seed, epoch); None: one piece, read in file order. `keep` filters them.
+    pieces: list[tf.data.Dataset] | None = None
+    piece_sizes: list[int] | None = None
+    keep: Callable[[tf.data.Dataset], tf.data.Dataset] | None = None
+
+    def epoch(self, seed: int, epoch: int | tf.Tensor) -> tf.data.Dataset:
+        """Every pair once, in the order of pass `epoch`: the pieces interleaved at random
+        (stateless, from `seed` and `epoch`), each read front to back."""
+        if not self.pieces:
+            return self.dataset
+        choice = tf.repeat(tf.range(len(self.pieces), dtype=tf.int64), self.piece_sizes)
+        pass_seed = tf.stack([tf.constant(seed, tf.int64), tf.cast(epoch, tf.int64)])
+        order = tf.random.experimental.stateless_shuffle(choice, seed=pass_seed)
+        pairs = tf.data.Dataset.choose_from_datasets(
+            self.pieces, tf.data.Dataset.from_tensor_slices(order), stop_on_empty_dataset=False
+        )
+        return self.keep(pairs) if self.keep else pairs
 
     def report(self) -> str:
         parts = [self.description]
@@ -101,17 +120,7 @@ def read_parallel_files(source_path: str, target_path: str) -> ParallelText:
             path, compression_type="GZIP" if path.endswith(".gz") else ""
         )
 
-    dataset = tf.data.Dataset.zip((lines(source_path), lines(target_path)))
-    if skip:
-        skip_sorted = tf.constant(skip, tf.int64)
-
-        def keep(i, pair):
-            at = tf.searchsorted(skip_sorted, [i])[0]
-            return tf.logical_or(
-                at >= len(skip), tf.gather(skip_sorted, tf.minimum(at, len(skip) - 1)) != i
-            )
-
-        dataset = dataset.enumerate().filter(keep).map(lambda i, pair: pair)
+    dataset = _without_lines(tf.data.Dataset.zip((lines(source_path), lines(target_path))), skip)
     first_bad = "; ".join(
         f"first invalid UTF-8 in {path} at line {lines_[0] + 1}"
         for path, lines_ in bad_lines.items()
@@ -125,6 +134,21 @@ def read_parallel_files(source_path: str, target_path: str) -> ParallelText:
         skipped_empty=len(empty),
         skipped_invalid_utf8=len(bad),
     )
+
+
+def _without_lines(dataset: tf.data.Dataset, skip: list[int]) -> tf.data.Dataset:
+    """`dataset` without the elements at the (sorted, 0-based) positions `skip`."""
+    if not skip:
+        return dataset
+    skip_sorted = tf.constant(skip, tf.int64)
+
+    def keep(i, pair):
+        at = tf.searchsorted(skip_sorted, [i])[0]
+        return tf.logical_or(
+            at >= len(skip), tf.gather(skip_sorted, tf.minimum(at, len(skip) - 1)) != i
+        )
+
+    return dataset.enumerate().filter(keep).map(lambda i, pair: pair)
 
 
 def default_cache_dir() -> str:
@@ -172,12 +196,8 @@ def find_multi30k_file(
     target = os.path.join(cache, f"{name}.gz")
     os.makedirs(cache, exist_ok=True)
     try:
-        with (
-            urllib.request.urlopen(url, timeout=30) as response,
-            open(target + ".part", "wb") as out,
-        ):
-            shutil.copyfileobj(response, out)
-        os.replace(target + ".part", target)
+        with urllib.request.urlopen(url, timeout=30) as response:
+            write_atomic(target, response.read())  # a Multi30k file is at most a few MB
     except OSError as err:
         raise DataError(
             f"Multi30k file {name}(.gz) not found in: {looked}; and downloading {url} failed ({err}). "
@@ -193,6 +213,50 @@ def multi30k(split: str, src_lang: str, tgt_lang: str, data_dir: str | None = No
     )
 
 
+TFDS_PIECES = 64  # a TFDS training split is read as up to this many contiguous pieces
+
+
+def tfds_builder(name: str, data_dir: str | None, *, download: bool = False):
+    """The TFDS builder of `name`, prepared in `data_dir` (TFDS's default when None).
+
+    Nothing is downloaded unless `download`: a dataset that is not prepared there fails with
+    one line saying how to prepare it. TFDS's own errors (an unknown name lists the whole
+    catalogue) are cut to their first line.
+    """
+    import absl.logging
+    import tensorflow_datasets as tfds
+
+    verbosity = absl.logging.get_verbosity()
+    absl.logging.set_verbosity(absl.logging.ERROR)  # "no dataset_info.json" for unprepared dirs
+    try:
+        builder = tfds.builder(name, data_dir=data_dir)
+        prepared = builder.is_prepared()
+    except Exception as err:  # tfds raises several types for unknown names and configs
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise DataError(f"unknown TFDS dataset {name!r} (--dataset tfds:NAME): {first}") from None
+    finally:
+        absl.logging.set_verbosity(verbosity)
+    if prepared:
+        return builder
+    root = os.fspath(builder.data_dir_root)
+    if not download:
+        manual = os.path.join(root, "downloads", "manual")
+        raise DataError(
+            f"TFDS dataset {name} is not prepared in {root} (--data-dir): copy a prepared "
+            f"{os.path.join(root, name.split('/')[0])} there (made where there is internet by "
+            f"`tfds build {name} --data_dir DIR` or by --tfds-download), or pass --tfds-download "
+            f"here; archives that TFDS cannot download go in {manual}"
+        )
+    try:
+        builder.download_and_prepare()
+    except Exception as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise DataError(
+            f"--tfds-download: TFDS could not download and prepare {name} in {root}: {first}"
+        ) from None
+    return builder
+
+
 def tfds_translation(
     name: str,
     split: str,
@@ -200,48 +264,52 @@ def tfds_translation(
     tgt_lang: str,
     data_dir: str | None = None,
     *,
-    shuffle_files: bool = False,
-    seed: int = 0,
+    download: bool = False,
+    pieces: int = TFDS_PIECES,
 ) -> ParallelText:
     """A TFDS translation dataset, e.g. "wmt14_translate/de-en" or "ted_hrlr_translate/pt_to_en".
 
-    `shuffle_files` reads the files in an order drawn from `seed` (the same order on every
-    pass, so a stream position stays restorable): WMT14 is stored sub-corpus by sub-corpus,
-    which a bounded shuffle buffer alone cannot mix.
+    The size comes from the builder's split info. The split is also read as up to `pieces`
+    contiguous pieces (`tfds.even_splits`), which `ParallelText.epoch` interleaves in an order
+    drawn from (seed, epoch): WMT14 is stored sub-corpus by sub-corpus, which a bounded shuffle
+    buffer alone cannot mix.
     """
     import tensorflow_datasets as tfds
 
-    try:
-        builder = tfds.builder(name, data_dir=data_dir)
-    except Exception as err:  # tfds raises several types for unknown names
-        raise DataError(f"unknown TFDS dataset {name!r}: {err}") from None
+    builder = tfds_builder(name, data_dir, download=download)
     languages = list(builder.info.features.keys())
     for lang in (src_lang, tgt_lang):
         if lang not in languages:
             raise DataError(f"TFDS dataset {name} has languages {languages}, not {lang!r}")
-    read_config = tfds.ReadConfig(
-        shuffle_seed=seed if shuffle_files else None,
-        shuffle_reshuffle_each_iteration=False if shuffle_files else None,
-    )
-    try:
-        dataset = tfds.load(
-            name,
-            split=split,
-            data_dir=data_dir,
-            shuffle_files=shuffle_files,
-            read_config=read_config,
-        )
-    except Exception as err:
+    if split not in builder.info.splits:
         raise DataError(
-            f"cannot load TFDS dataset {name} split {split!r} from {data_dir}: {err}"
-        ) from None
-    pairs = dataset.map(lambda ex: (ex[src_lang], ex[tgt_lang])).filter(
+            f"TFDS dataset {name} has no {split!r} split (it has {sorted(builder.info.splits)})"
+        )
+    size = builder.info.splits[split].num_examples
+
+    def read(subsplit: str) -> tf.data.Dataset:
+        data = builder.as_dataset(split=subsplit, shuffle_files=False)
+        return data.map(lambda ex: (ex[src_lang], ex[tgt_lang]))
+
+    names = tfds.even_splits(split, n=max(1, min(pieces, size)))
+    sizes = [builder.info.splits[s].num_examples for s in names]
+    parts = [read(s) for s in names] if len(names) > 1 else None
+    return ParallelText(
+        dataset=_drop_empty(read(split)),
+        description=f"tfds:{name} [{split}]",
+        num_pairs=size,
+        pieces=parts,
+        piece_sizes=sizes if parts else None,
+        keep=_drop_empty,
+    )
+
+
+def _drop_empty(pairs: tf.data.Dataset) -> tf.data.Dataset:
+    return pairs.filter(
         lambda s, t: tf.logical_and(
             tf.strings.length(tf.strings.strip(s)) > 0, tf.strings.length(tf.strings.strip(t)) > 0
         )
     )
-    order = f", files shuffled with seed {seed}" if shuffle_files else ""
-    return ParallelText(dataset=pairs, description=f"tfds:{name} [{split}]{order}")
 
 
 def load_parallel(
@@ -252,16 +320,17 @@ def load_parallel(
     *,
     data_dir: str | None = None,
     files: tuple[str, str] | None = None,
-    seed: int = 0,
+    tfds_download: bool = False,
 ) -> ParallelText:
-    """Dispatch on `--dataset`: "multi30k", "files" (with `files`) or "tfds:NAME".
-
-    TFDS training splits read their files in an order drawn from `seed`."""
+    """Dispatch on `--dataset`: "multi30k", "files" (with `files`) or "tfds:NAME"."""
     if dataset == "multi30k":
         return multi30k(split, src_lang, tgt_lang, data_dir)
     if dataset == "files":
         if not files or not all(files):
-            raise DataError(f"--dataset files needs the {split} source and target files")
+            flags = (
+                "--train-src and --train-tgt" if split == "train" else "--valid-src and --valid-tgt"
+            )
+            raise DataError(f"--dataset files needs the {split} files: pass {flags}")
         return read_parallel_files(*files)
     if dataset.startswith("tfds:"):
         tfds_split = {"validation": "validation", "train": "train", "test": "test"}[split]
@@ -271,7 +340,7 @@ def load_parallel(
             src_lang,
             tgt_lang,
             data_dir,
-            shuffle_files=split == "train",
-            seed=seed,
+            download=tfds_download,
+            pieces=TFDS_PIECES if split == "train" else 1,  # only training reorders
         )
     raise DataError(f"unknown --dataset {dataset!r}: use multi30k, files or tfds:NAME")

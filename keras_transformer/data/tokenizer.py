@@ -23,6 +23,17 @@ class TokenizerError(DataError):
     """A bad tokenizer setting or training text; the message names the flag."""
 
 
+class TooManyPieces(TokenizerError):
+    """The training text cannot fill `vocab_size` pieces; `largest` is the most it can."""
+
+    def __init__(self, vocab_size: int, largest: int):
+        super().__init__(
+            f"--vocab-size {vocab_size} is more pieces than the training text allows: "
+            f"pass --vocab-size {largest} or less"
+        )
+        self.vocab_size, self.largest = vocab_size, largest
+
+
 def train_sentencepiece(
     sentences: Iterable[str],
     vocab_size: int,
@@ -33,11 +44,23 @@ def train_sentencepiece(
 ) -> bytes:
     """Train one SentencePiece model on `sentences` (both languages) and return its proto.
 
-    At most `max_sentences` are kept, by reservoir sampling, so memory stays bounded on
-    any corpus size. Fixed ids: pad 0, unk 1, bos 2, eos 3, then the 256 byte pieces
-    (byte fallback: a character absent from the training text is spelled in UTF-8 bytes,
-    so every input round-trips through tokenize -> detokenize and `<unk>` never occurs),
-    then every character of the training text, then the merges.
+    At most `max_sentences` are kept, a uniform sample drawn with `seed`, so memory stays
+    bounded on any corpus size. (SentencePiece's own `input_sentence_size` sampling would do
+    the same, but its sample differs from one process to the next whatever
+    `set_random_generator_seed` says (sentencepiece 0.2.3), and the same command must give
+    the same vocabulary.)
+    Fixed ids: pad 0, unk 1, bos 2, eos 3, then the 256 byte pieces (byte fallback: a
+    character absent from the training text is spelled in UTF-8 bytes, so `<unk>` never
+    occurs), then every character of the training text, then the merges.
+
+    What round-trips through tokenize -> detokenize: text already in NFKC normal form with
+    single spaces between words and none at the ends. SentencePiece's default normalization
+    (nmt_nfkc) rewrites the rest before tokenizing: compatibility characters become their
+    NFKC equivalents ("ﬁ" -> "fi", "①" -> "1", full-width "Ａ" -> "A"), runs of whitespace
+    become one space and leading/trailing whitespace is dropped.
+
+    Raises TooManyPieces when the text cannot fill `vocab_size` pieces (it names the largest
+    size that fits), TokenizerError for other bad settings.
     """
     import sentencepiece as spm
 
@@ -50,15 +73,7 @@ def train_sentencepiece(
             f"{NUM_BYTE_PIECES} byte pieces for unknown characters, then the characters "
             f"of the training text), got {vocab_size!r}"
         )
-    rng = random.Random(seed)
-    sample: list[str] = []
-    for n, sentence in enumerate(sentences):
-        if len(sample) < max_sentences:
-            sample.append(sentence)
-        else:
-            j = rng.randrange(n + 1)
-            if j < max_sentences:
-                sample[j] = sentence
+    sample = reservoir_sample(sentences, max_sentences, seed)
     if not sample:
         raise TokenizerError("no sentences to train the SentencePiece model on")
     model = io.BytesIO()
@@ -82,6 +97,9 @@ def train_sentencepiece(
             minloglevel=2,
         )
     except RuntimeError as err:
+        too_many = re.search(r"Vocabulary size too high \(\d+\).*<= (\d+)", str(err))
+        if too_many:
+            raise TooManyPieces(vocab_size, int(too_many.group(1))) from None
         sizes = re.search(r"smaller than required_chars\. (\d+) vs (\d+)", str(err))
         if not sizes:
             raise
@@ -91,6 +109,20 @@ def train_sentencepiece(
             f"at least {sizes.group(2)}"
         ) from None
     return model.getvalue()
+
+
+def reservoir_sample(items: Iterable[str], size: int, seed: int) -> list[str]:
+    """A uniform sample of at most `size` of `items`, in one pass (Algorithm R), seeded."""
+    rng = random.Random(seed)
+    sample: list[str] = []
+    for n, item in enumerate(items):
+        if len(sample) < size:
+            sample.append(item)
+        else:
+            j = rng.randrange(n + 1)
+            if j < size:
+                sample[j] = item
+    return sample
 
 
 class SubwordTokenizer(tf.Module):
@@ -118,12 +150,6 @@ class SubwordTokenizer(tf.Module):
         )
         self.vocab_size = int(self.tokenizer.vocab_size())
         self.model_asset = None
-
-    def save(self, path: str) -> None:
-        """Write the .model file (and track it as this module's asset)."""
-        with open(path, "wb") as handle:
-            handle.write(self._proto)
-        self.model_asset = tf.saved_model.Asset(path)
 
     @classmethod
     def load(cls, path: str) -> SubwordTokenizer:

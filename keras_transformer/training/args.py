@@ -1,4 +1,5 @@
-"""`TrainArgs`: every train.py flag, defined once, and how unset ones are resolved.
+"""`TrainArgs`: every train.py flag, defined once, and how unset ones are resolved into a
+run's `TrainSettings`.
 
 Priority, as in OpenNMT-tf's `--auto_config`: built-in defaults < automatic values (from the
 preset and the corpus size) < what the user sets. A field left at `None` is "automatic";
@@ -13,6 +14,13 @@ import math
 from typing import Any
 
 from keras_transformer.config import BEAM_SIZE, PRESETS, ConfigError
+
+# The choices of --strategy and --precision (training.strategy implements them).
+STRATEGIES = ("default", "one_device", "mirrored", "multi_worker", "tpu")
+PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
+# How long a non-chief worker waits for the chief's tokenizer and config.json: the chief
+# trains SentencePiece on up to 2M sentences and counts batches first (WMT14: tens of minutes).
+WORKER_WAIT_SECONDS = 4 * 3600
 
 # A corpus with at least this many pairs gets the paper's recipe (WMT14: 4.5M pairs).
 LARGE_CORPUS = 1_000_000
@@ -42,15 +50,17 @@ class TrainArgs:
     data_dir: str | None = flag(
         None, "local data: Multi30k files or a TFDS data_dir (env KT_DATA_DIR)"
     )
-    strategy: str = flag(
-        "default",
-        "distribution strategy",
-        ("default", "one_device", "mirrored", "multi_worker", "tpu"),
+    tfds_download: bool = flag(
+        False, "let TFDS download and prepare a --dataset tfds:NAME missing from --data-dir"
+    )
+    strategy: str = flag("default", "distribution strategy", STRATEGIES)
+    worker_wait: int = flag(
+        WORKER_WAIT_SECONDS, "seconds a non-chief worker waits for the chief's config.json"
     )
     cpu_devices: int = flag(
         1, "split the CPU into N logical devices (multi-device paths without GPUs)"
     )
-    precision: str = flag("float32", "dtype policy", ("float32", "mixed_float16", "mixed_bfloat16"))
+    precision: str | None = flag(None, "dtype policy", PRECISIONS, auto="float32")
     vocab_size: int | None = flag(
         None, "joint SentencePiece vocabulary", auto="8000; 37000 for a large corpus"
     )
@@ -97,9 +107,16 @@ class TrainArgs:
     )
 
 
+@dataclasses.dataclass
+class TrainSettings(TrainArgs):
+    """A run's resolved settings (config.json "training"): the flags with every automatic
+    value filled in (`resolve`, or read back on a resume)."""
+
+
 # Flags that a resumed run cannot change: they define the model, its schedule or the data order.
 FIXED_ON_RESUME = (
     "preset", "src_lang", "tgt_lang", "dataset", "vocab_size", "spm_model_type", "max_length",
+    "precision",
     "warmup_steps", "lr_scale", "dropout_rate", "label_smoothing", "steps_per_epoch", "seed",
     "batch_tokens", "accum_steps",
 )  # fmt: skip
@@ -111,7 +128,7 @@ def option(name: str) -> str:
 
 def validate(args: TrainArgs) -> None:
     """Raise ConfigError naming the flag for values no run can use."""
-    positive = ("cpu_devices", "accum_steps", "max_length", "keep_checkpoints", "log_every",
+    positive = ("cpu_devices", "worker_wait", "accum_steps", "max_length", "keep_checkpoints", "log_every",
                 "eval_beam_size", "vocab_size", "batch_tokens", "epochs", "train_steps",
                 "steps_per_epoch", "checkpoint_every", "eval_every", "warmup_steps")  # fmt: skip
     for name in positive:
@@ -143,7 +160,7 @@ def check_resume(args: TrainArgs, saved: dict, config_path: str) -> None:
             )
 
 
-def resolve(args: TrainArgs, *, num_pairs: int | None, batches_per_pass) -> TrainArgs:
+def resolve(args: TrainArgs, *, num_pairs: int | None, batches_per_pass) -> TrainSettings:
     """Fill every automatic field from the preset and the corpus size.
 
     A corpus of `LARGE_CORPUS` pairs or more (or of unknown size, as TFDS datasets are
@@ -155,7 +172,7 @@ def resolve(args: TrainArgs, *, num_pairs: int | None, batches_per_pass) -> Trai
     batches of one pass over the corpus; it is only called when needed.
     """
     large = num_pairs is None or num_pairs >= LARGE_CORPUS
-    out = dataclasses.replace(args)
+    out = TrainSettings(**dataclasses.asdict(args))
     out.vocab_size = args.vocab_size or (37000 if large else 8000)
     out.batch_tokens = args.batch_tokens or (25000 if large else 4096)
     if out.steps_per_epoch is None:
@@ -169,7 +186,9 @@ def resolve(args: TrainArgs, *, num_pairs: int | None, batches_per_pass) -> Trai
         out.train_steps = paper_steps if large else SMALL_CORPUS_EPOCHS * out.steps_per_epoch
     out.epochs = None
     if out.warmup_steps is None:
-        out.warmup_steps = 4000 if large else min(4000, max(100, round(0.4 * out.train_steps, -2)))
+        out.warmup_steps = (
+            4000 if large else min(4000, max(100, int(round(0.4 * out.train_steps, -2))))
+        )
     if out.lr_scale is None:
         out.lr_scale = 1.0 if large else 0.8
     preset_dropout = PRESETS[args.preset]["dropout_rate"]
@@ -177,6 +196,8 @@ def resolve(args: TrainArgs, *, num_pairs: int | None, batches_per_pass) -> Trai
         out.dropout_rate = preset_dropout if large else max(preset_dropout, 0.2)
     if out.label_smoothing is None:
         out.label_smoothing = 0.1
+    if out.precision is None:
+        out.precision = "float32"
     if out.checkpoint_every is None:
         out.checkpoint_every = max(100, int(round(out.train_steps / 70, -2)))
     if out.eval_every is None:
@@ -186,7 +207,7 @@ def resolve(args: TrainArgs, *, num_pairs: int | None, batches_per_pass) -> Trai
     return out
 
 
-def describe(args: TrainArgs, given: TrainArgs) -> str:
+def describe(args: TrainSettings, given: TrainArgs) -> str:
     """The resolved settings, one line each, marking those that were resolved automatically."""
     lines = []
     for field in dataclasses.fields(args):
@@ -196,4 +217,12 @@ def describe(args: TrainArgs, given: TrainArgs) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["ConfigError", "TrainArgs", "check_resume", "describe", "resolve", "validate"]
+__all__ = [
+    "ConfigError",
+    "TrainArgs",
+    "TrainSettings",
+    "check_resume",
+    "describe",
+    "resolve",
+    "validate",
+]

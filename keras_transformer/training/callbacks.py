@@ -76,6 +76,8 @@ class CheckpointEvery(keras.callbacks.Callback):
         if self.guard.failed_step is not None:  # never save a NaN state over good ones
             return
         step = self.state.step
+        if step == 0:  # float16 loss scaling skipped every step so far: nothing to keep
+            return
         if self.manager.latest_checkpoint and self.manager.latest_checkpoint.endswith(f"-{step}"):
             return
         self.manager.save(checkpoint_number=step)
@@ -101,13 +103,26 @@ class StopAtStep(keras.callbacks.Callback):
 
 
 class MetricsLogger(keras.callbacks.Callback):
-    """Appends one JSON object per event to metrics.jsonl (step, epoch, loss, lr, val_*)."""
+    """Appends one JSON object per event to metrics.jsonl (step, epoch, loss, lr, val_*) and
+    writes the same scalars to TensorBoard (logs/train), both keyed by the optimizer step,
+    which keeps counting across `fit` calls and resumes (Keras' TensorBoard callback counts
+    batches and restarts at every `fit`)."""
 
-    def __init__(self, run, state: StepState, every: int = 100, enabled: bool = True):
+    def __init__(self, run_dir, state: StepState, every: int = 100, enabled: bool = True):
         super().__init__()
-        self.run, self.state, self.every, self.enabled = run, state, every, enabled
+        self.run_dir, self.state, self.every, self.enabled = run_dir, state, every, enabled
         self.start = time.time()
         self.epoch = 0
+        self.writer = None
+
+    def resume(self) -> None:
+        """After a restore: drop the events past the restored step (they will be written
+        again), and continue `time_s` from the last one kept."""
+        if not self.enabled:
+            return
+        kept = self.run_dir.truncate_metrics(self.state.step)
+        if kept:
+            self.start = time.time() - float(kept[-1].get("time_s", 0.0))
 
     def write(self, event: str, logs: dict) -> None:
         if not self.enabled:
@@ -121,13 +136,23 @@ class MetricsLogger(keras.callbacks.Callback):
         }
         lr = self.model.optimizer.learning_rate
         record["learning_rate"] = float(lr.numpy() if hasattr(lr, "numpy") else lr)
-        self.run.append_metrics(record)
+        self.run_dir.append_metrics(record)
+        if self.writer is None:
+            self.writer = tf.summary.create_file_writer(
+                os.path.join(self.run_dir.path("logs"), "train")
+            )
+        prefix = "epoch_" if event == "epoch" else ""
+        with self.writer.as_default(step=record["step"]):
+            for key, value in record.items():
+                if key not in ("event", "step", "epoch", "time_s") and event != "bleu":
+                    tf.summary.scalar(prefix + key, value)
+        self.writer.flush()
 
     def on_epoch_begin(self, epoch, logs=None):
         self.epoch = epoch
 
     def on_train_batch_end(self, batch, logs=None):
-        if self.every and self.state.step % self.every == 0:
+        if self.every and self.state.step and self.state.step % self.every == 0:
             self.write("train", logs)
 
     def on_epoch_end(self, epoch, logs=None):
@@ -137,7 +162,7 @@ class MetricsLogger(keras.callbacks.Callback):
 class BleuEvaluation(keras.callbacks.Callback):
     """sacreBLEU on the validation set every `every` steps (and at each epoch end).
 
-    Keeps the best weights in `best_manager`, logs `val_bleu` (TensorBoard and
+    Keeps the best weights and their score in `best_dir`, logs `val_bleu` (TensorBoard and
     metrics.jsonl) and stops training after `patience` evaluations without improvement
     (0: never stops early). The best score and the count of evaluations without gain are
     variables (`self.progress`), saved with the training checkpoints, so a resumed run
@@ -155,7 +180,8 @@ class BleuEvaluation(keras.callbacks.Callback):
         references,
         *,
         every,
-        best_manager,
+        best_dir: str | None,
+        model: keras.Model,
         state,
         metrics: MetricsLogger,
         log_dir: str | None,
@@ -165,7 +191,8 @@ class BleuEvaluation(keras.callbacks.Callback):
     ):
         super().__init__()
         self.translate_fn, self.sources, self.references = translate_fn, sources, references
-        self.every, self.best_manager, self.state = every, best_manager, state
+        self.every, self.state, self.transformer = every, state, model
+        self.guard: NonFiniteLossGuard | None = None  # no evaluation after a NaN/Inf loss
         self.metrics, self.patience, self.batch_size = metrics, patience, batch_size
         self.strategy = strategy
         self.writer = (
@@ -177,7 +204,35 @@ class BleuEvaluation(keras.callbacks.Callback):
         self.progress.best = tf.Variable(-1.0, trainable=False, name="best_bleu")
         self.progress.best_step = tf.Variable(-1, dtype=tf.int64, trainable=False, name="best_step")
         self.progress.bad_evals = tf.Variable(0, dtype=tf.int64, trainable=False, name="bad_evals")
+        # best/ holds the weights and their own score, so a kill between a save there and the
+        # next training checkpoint loses neither (restore_best takes the larger score)
+        self.best_score = tf.Variable(-1.0, trainable=False, name="best_score")
+        self.best_manager = (
+            tf.train.CheckpointManager(
+                tf.train.Checkpoint(model=model, score=self.best_score), best_dir, max_to_keep=1
+            )
+            if best_dir
+            else None
+        )
         self.last_step, self.last_bleu, self.stopped_early = -1, None, False
+
+    def restore_best(self, run_dir) -> None:
+        """After a restore: the best score is the larger of the checkpoint's and best/'s."""
+        paths = run_dir.checkpoints(best=True)
+        if not paths:
+            return
+        reader = tf.train.load_checkpoint(paths[-1])
+        key = "score/.ATTRIBUTES/VARIABLE_VALUE"
+        if not reader.has_tensor(key):  # best/ written before it kept its score
+            return
+        score = float(reader.get_tensor(key))
+        if score > float(self.progress.best.numpy()):
+            self.progress.best.assign(score)
+            self.progress.best_step.assign(int(paths[-1].rsplit("-", 1)[1]))
+            self.progress.bad_evals.assign(0)
+
+    def _weights_finite(self) -> bool:
+        return all(bool(tf.reduce_all(tf.math.is_finite(w))) for w in self.transformer.weights)
 
     def evaluate(self) -> dict:
         from keras_transformer.inference.evaluation import score
@@ -202,19 +257,22 @@ class BleuEvaluation(keras.callbacks.Callback):
                 tf.summary.scalar("bleu", bleu, step=step)
         self.metrics.write("bleu", {"val_bleu": bleu})
         print(f"\nstep {step}: validation BLEU {bleu:.2f}", flush=True)
-        if bleu > float(self.progress.best.numpy()):
+        if bleu > float(self.progress.best.numpy()) and self._weights_finite():
             self.progress.best.assign(bleu)
             self.progress.best_step.assign(step)
             self.progress.bad_evals.assign(0)
             if self.best_manager is not None:
+                self.best_score.assign(bleu)
                 self.best_manager.save(checkpoint_number=step)
             return False
         self.progress.bad_evals.assign_add(1)
         return bool(self.patience) and int(self.progress.bad_evals.numpy()) >= self.patience
 
-    def _run(self, logs):
+    def _evaluate_now(self, logs):
         step = self.state.step
-        if step == self.last_step:
+        if step == self.last_step or step == 0:  # nothing trained yet: nothing to evaluate
+            return
+        if self.guard is not None and self.guard.failed_step is not None:
             return
         self.last_step = step
         stop = agree_any(self.strategy, self._judge(logs))
@@ -225,10 +283,10 @@ class BleuEvaluation(keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch, logs=None):
         if self.every and self.state.step % self.every == 0:
-            self._run(logs)
+            self._evaluate_now(logs)
 
     def on_epoch_end(self, epoch, logs=None):
-        self._run(logs)
+        self._evaluate_now(logs)
 
 
 def agree_any(strategy: tf.distribute.Strategy | None, flag: bool) -> bool:

@@ -10,10 +10,13 @@ with `LabelSmoothedCrossEntropy` it trains with Keras' own `fit` (the notebooks 
 - `accum_steps` micro-batches per update (Keras 3's `gradient_accumulation_steps` fails
   under MirroredStrategy);
 - with float16 loss scaling, replicas agree on skipping a step (see `_agree_on_finite`);
-- `data_position` counts the batches consumed (skipped float16 steps included), which is
-  where a resumed run restarts its data.
+- `data_position` counts the batches consumed (skipped float16 steps included);
+  `data_next` is the stream position (pass and batch in the pass) of the next batch to
+  read, taken from the positions that training batches carry, which is where a resumed run
+  restarts its data.
 
-Every workaround for a Keras internal lives in this file, each with the reason.
+The workarounds for Keras internals that the step needs (`_agree_on_finite`,
+`_maybe_symbolic_build`, the reshape in `_record_loss`) are here, each with the reason.
 """
 
 from __future__ import annotations
@@ -33,6 +36,16 @@ def all_reduce_sum(value):
     return context.all_reduce(tf.distribute.ReduceOp.SUM, value)
 
 
+def last_position(positions):
+    """The largest stream position in the global batch: over this replica's rows, then over
+    every replica and worker (each worker reads its own share of the stream's batches)."""
+    local = tf.reduce_max(tf.concat([tf.cast(positions, tf.int64), [-1]], axis=0))
+    context = tf.distribute.get_replica_context()
+    if context is None or context.num_replicas_in_sync == 1:
+        return local
+    return tf.reduce_max(context.all_gather(local[tf.newaxis], axis=0))
+
+
 class TrainingModel(keras.Model):
     """`fit` driver for a sequence-to-sequence model trained with a token-level loss.
 
@@ -43,7 +56,8 @@ class TrainingModel(keras.Model):
             micro-batch i; their gradients are summed before one optimizer step.
 
     Compile with `loss=LabelSmoothedCrossEntropy(...)`. Datasets yield
-    `((source_ids (B, S), target_in_ids (B, T)), target_out_ids (B, T))`.
+    `((source_ids (B, S), target_in_ids (B, T)), target_out_ids (B, T))`, optionally with
+    a third element, the (B,) int64 stream positions of `data.training_batches`.
     """
 
     def __init__(self, model: keras.Model, *, accum_steps: int = 1, **kwargs):
@@ -54,13 +68,16 @@ class TrainingModel(keras.Model):
             )
         self.transformer = model
         self.accum_steps = accum_steps
-        self.data_position = self.add_weight(
-            shape=(),
-            dtype="int64",
-            initializer="zeros",
-            trainable=False,
-            aggregation="only_first_replica",
-            name="data_position",
+        self.data_position, self.data_next = (
+            self.add_weight(
+                shape=(),
+                dtype="int64",
+                initializer="zeros",
+                trainable=False,
+                aggregation="only_first_replica",
+                name=name,
+            )
+            for name in ("data_position", "data_next")
         )
         if not model.built:
             model.build()
@@ -89,6 +106,8 @@ class TrainingModel(keras.Model):
         grads = self._agree_on_finite(grads)
         self.optimizer.apply(grads, self.transformer.trainable_variables)
         self.data_position.assign_add(1)
+        if len(data) > 2:  # stream positions of the rows (data.training_batches)
+            self.data_next.assign(last_position(data[2]) + 1)
         return self._record_loss(loss_sum, local_tokens)
 
     def compute_gradients(self, source_ids, target_in_ids, target_out_ids, global_tokens):
@@ -176,7 +195,7 @@ class TrainingModel(keras.Model):
             for _, _, it in iterator:
                 data_batch = tf.nest.map_structure(
                     lambda x: local(x)[0] if isinstance(x, tf.distribute.DistributedValues) else x,
-                    next(it),
+                    next(it)[:2],  # not the stream positions: Keras would take sample weights
                 )
                 break
         return super()._maybe_symbolic_build(data_batch=data_batch)

@@ -9,9 +9,7 @@ import keras
 import tensorflow as tf
 
 from keras_transformer.errors import KerasTransformerError
-
-STRATEGIES = ("default", "one_device", "mirrored", "multi_worker", "tpu")
-PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
+from keras_transformer.training.args import PRECISIONS, STRATEGIES
 
 
 class StrategyError(KerasTransformerError, ValueError):

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from keras_transformer.run_dir import Run
-from keras_transformer.training.args import TrainArgs
+from keras_transformer.training.args import TrainSettings
 
 
-def summarize(run: Run, settings: TrainArgs, model, bleu) -> dict:
+def summarize(run_dir: Run, settings: TrainSettings, model, bleu) -> dict:
     """Print what happened and what to do next; return it as a dict."""
     progress = bleu.progress
     best, best_step = float(progress.best.numpy()), int(progress.best_step.numpy())
@@ -17,9 +17,9 @@ def summarize(run: Run, settings: TrainArgs, model, bleu) -> dict:
         "last_val_bleu": bleu.last_bleu,
         "best_val_bleu": best if best_step >= 0 else None,
         "best_step": best_step if best_step >= 0 else None,
-        "best_checkpoint": (run.checkpoints(best=True) or [None])[-1],
+        "best_checkpoint": (run_dir.checkpoints(best=True) or [None])[-1],
     }
-    out = run.model_dir
+    out = run_dir.model_dir
     lines = [
         f"\ntraining ended at step {result['step']} of {settings.train_steps}"
         + (" (early stopping)" if bleu.stopped_early else ""),
@@ -43,7 +43,7 @@ def summarize(run: Run, settings: TrainArgs, model, bleu) -> dict:
     return result
 
 
-def _test_files(settings: TrainArgs) -> tuple[str, str]:
+def _test_files(settings: TrainSettings) -> tuple[str, str]:
     if settings.dataset == "multi30k":
         from keras_transformer.data.sources import DataError, find_multi30k_file
 

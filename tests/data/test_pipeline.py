@@ -16,6 +16,7 @@ from keras_transformer.data import (
     train_sentencepiece,
     training_batches,
 )
+from keras_transformer.data.pipeline import split_position, stream_position
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +60,6 @@ def test_token_budget_fixed_shapes_and_every_pair_once(setup):
         if len(ids) <= max_length and tgt_len <= max_length:
             expected[ids] += 1
     assert seen == expected
-    assert int(stats.kept.numpy()) == sum(expected.values())
     assert int(stats.too_long.numpy()) == 1014 - sum(expected.values()) > 0
 
 
@@ -97,60 +97,129 @@ def test_deterministic_with_seed_and_reshuffled_each_epoch(setup):
     assert pair_rows(other_seed) != epoch_1
 
 
-STREAM = dict(batch_tokens=512, max_length=32, seed=5, steps_per_epoch=7, shuffle_buffer=2000)
+STREAM = dict(batch_tokens=512, max_length=32, seed=5, shuffle_buffer=2000, positions=True)
 
 
-def stream(setup, **kwargs):
-    tokenizer, pairs = setup
+def stream(corpus, tokenizer, **kwargs):
     stats = PipelineStats()
-    data = training_batches(pairs.dataset, tokenizer, stats=stats, **{**STREAM, **kwargs})
+    data = training_batches(corpus, tokenizer, stats=stats, **{**STREAM, **kwargs})
     return data, stats
 
 
-@pytest.mark.parametrize("num_pairs", [None, 1014])
-@pytest.mark.parametrize("start_step", [3, 9, 14])
-def test_training_stream_restarts_exactly(setup, start_step, num_pairs):
-    """start_step=k equals the uninterrupted stream from batch k: inside an epoch (3), across
-    an epoch boundary (9 = epoch 1 + 2) and at one (14)."""
-    full, _ = stream(setup, num_pairs=num_pairs)
-    resumed, _ = stream(setup, num_pairs=num_pairs, start_step=start_step)
-    expected = list(full.skip(start_step).take(10))
-    assert_same_batches(list(resumed.take(10)), expected)
-    # batch i depends only on (seed, i): iterating again gives the same stream
-    assert_same_batches(list(full.skip(start_step).take(10)), expected)
+def tagged(batches):
+    """[(pass, index in the pass, batch)] of a training stream's batches."""
+    out = []
+    for (src, tgt_in), tgt_out, position in batches:
+        values = set(position.numpy().tolist())
+        assert len(values) == 1 and position.shape[0] == src.shape[0]  # one tag per row
+        out.append((*split_position(values.pop()), ((src, tgt_in), tgt_out)))
+    return out
 
 
-def test_training_stream_epochs_differ_and_stats_count(setup):
-    data, stats = stream(setup)
-    batches = list(data.take(14))
-    epoch_0, epoch_1 = pair_rows(batches[:7]), pair_rows(batches[7:])
-    # both epochs start from the corpus's first pair, shuffled differently
-    assert epoch_0 != epoch_1 and set(epoch_0) & set(epoch_1)
-    kept, too_long = int(stats.kept.numpy()), int(stats.too_long.numpy())
-    assert kept >= len(epoch_0) + len(epoch_1) and too_long > 0
-    other_seed, _ = stream(setup, seed=6)
-    assert pair_rows(other_seed.take(7)) != epoch_0
+def first_passes(corpus, tokenizer, passes=2, **kwargs):
+    """The batches of the first `passes` passes, grouped by pass."""
+    data, _ = stream(corpus, tokenizer, **kwargs)
+    groups = collections.defaultdict(list)
+    for epoch, index, batch in tagged(
+        data.take_while(lambda *b: b[2][0] < stream_position(passes, 0))
+    ):
+        assert index == len(groups[epoch])  # indexes count the batches of each pass
+        groups[epoch].append(batch)
+    return [groups[e] for e in range(passes)]
 
 
-def test_short_corpus_is_repeated_within_an_epoch(setup):
+def expected_rows(pairs, tokenizer, max_length):
+    """Every pair as (source ids + eos, target ids + eos), those that fit `max_length`."""
+    rows = collections.Counter()
+    for src, tgt in pairs.as_numpy_iterator():
+        s, t = (tokenizer.tokenize(tf.constant([x]))[0].numpy().tolist() + [3] for x in (src, tgt))
+        if len(s) <= max_length and len(t) <= max_length:
+            rows[(tuple(s), tuple(t))] += 1
+    return rows
+
+
+def test_every_pass_sees_every_pair_once_in_its_own_order(setup):
+    """Files: each pass is the whole corpus (hashing every (source, target) pair), each
+    pass in a different order."""
     tokenizer, pairs = setup
-    small = pairs.dataset.take(50)
-    data = training_batches(small, tokenizer, **{**STREAM, "steps_per_epoch": 40})
-    rows = pair_rows(data.take(40))
-    assert len(rows) > 100 and len(set(rows)) <= 50  # more rows than pairs: repeated
+    passes = first_passes(pairs, tokenizer, max_length=64, batch_tokens=1024)
+    expected = expected_rows(pairs.dataset, tokenizer, 64)
+    rows = [pair_rows(batches) for batches in passes]
+    assert sum(expected.values()) > 900
+    for one in rows:
+        assert collections.Counter(one) == expected
+    assert rows[0] != rows[1]
+
+
+@pytest.fixture(scope="module")
+def tfds_corpus(tmp_path_factory):
+    from tests.data import tfds_fixture
+
+    data_dir = tfds_fixture.prepare(str(tmp_path_factory.mktemp("tfds")))
+    return load_parallel(f"tfds:{tfds_fixture.NAME}", "train", "en", "de", data_dir=data_dir)
+
+
+def test_a_tfds_pass_reads_every_pair_once_in_a_new_order(setup, tfds_corpus):
+    """TFDS: the size comes from the split info; each pass reads every pair once, the
+    dataset's pieces interleaved in an order drawn from (seed, pass)."""
+    from tests.data.tfds_fixture import sentence_pairs
+
+    tokenizer, _ = setup
+    assert tfds_corpus.num_pairs == 1200
+    kept = [(en, de) for en, de in sentence_pairs("train", 1200) if de]
+    corpus = tf.data.Dataset.from_tensor_slices(([en for en, _ in kept], [de for _, de in kept]))
+    expected = expected_rows(corpus, tokenizer, 64)
+    assert sum(expected.values()) == len(kept) == 1029
+    # a 1-pair shuffle buffer does not shuffle: the order is the pieces' interleaving alone
+    passes = first_passes(
+        tfds_corpus, tokenizer, max_length=64, batch_tokens=1024, shuffle_buffer=1
+    )
+    rows = [pair_rows(batches) for batches in passes]
+    for one in rows:
+        assert collections.Counter(one) == expected
+    stored = pair_rows(
+        make_batches(
+            tfds_corpus.dataset, tokenizer, batch_tokens=1024, max_length=64, shuffle=False
+        )
+    )
+    assert rows[0] != rows[1] and stored not in rows  # each pass in an order of its own
+
+
+@pytest.mark.parametrize("at", ["inside", "last", "next_pass"])
+def test_training_stream_restarts_exactly(setup, at):
+    """Starting at the position a batch carries gives the uninterrupted stream from that
+    batch: inside the first pass, at its last batch, and inside the second pass."""
+    tokenizer, pairs = setup
+    full, _ = stream(pairs, tokenizer)
+    batches = tagged(full.take(200))
+    first_pass = sum(1 for epoch, _, _ in batches if epoch == 0)
+    k = {"inside": 3, "last": first_pass - 1, "next_pass": first_pass + 2}[at]
+    epoch, index, _ = batches[k]
+    resumed, _ = stream(pairs, tokenizer, start=stream_position(epoch, index))
+    got = [batch for _, _, batch in tagged(resumed.take(5))]
+    assert_same_batches(got, [batch for _, _, batch in batches[k : k + 5]])
+
+
+def test_training_stream_depends_on_the_seed_and_counts_drops(setup):
+    tokenizer, pairs = setup
+    data, stats = stream(pairs, tokenizer)
+    first = pair_rows([b for _, _, b in tagged(data.take(7))])
+    assert int(stats.too_long.numpy()) > 0
+    other, _ = stream(pairs, tokenizer, seed=6)
+    assert pair_rows([b for _, _, b in tagged(other.take(7))]) != first
 
 
 @pytest.mark.parametrize(
     "kwargs,match",
     [
-        ({"steps_per_epoch": 0}, "--steps-per-epoch must be an integer >= 1, got 0"),
-        ({"start_step": -1}, "start_step must be an integer >= 0, got -1"),
+        ({"start": -1}, "start must be a stream position >= 0, got -1"),
         ({"batch_tokens": 16}, "at least --max-length"),
     ],
 )
 def test_training_stream_bad_settings(setup, kwargs, match):
+    tokenizer, pairs = setup
     with pytest.raises(PipelineError, match=match):
-        stream(setup, **kwargs)
+        stream(pairs, tokenizer, **kwargs)
 
 
 @pytest.mark.parametrize(

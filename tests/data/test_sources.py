@@ -95,33 +95,56 @@ def test_unknown_dataset():
         load_parallel("wmt99", "train", "en", "de")
 
 
-class _FakeBuilder:
-    class info:  # noqa: N801 - mirrors tfds.core.DatasetInfo
-        features = {"de": None, "en": None}
+@pytest.fixture(scope="module")
+def tfds_dir(tmp_path_factory):
+    from tests.data import tfds_fixture
+
+    return tfds_fixture.prepare(str(tmp_path_factory.mktemp("tfds")))
 
 
-@pytest.mark.parametrize("split,shuffled", [("train", True), ("validation", False)])
-def test_tfds_training_files_are_shuffled_with_the_seed(monkeypatch, split, shuffled):
-    import tensorflow as tf
-    import tensorflow_datasets as tfds
+def test_tfds_size_and_pairs_come_from_the_prepared_dataset(tfds_dir):
+    from tests.data.tfds_fixture import NAME, sentence_pairs
 
-    calls = []
+    train = load_parallel(f"tfds:{NAME}", "train", "en", "de", data_dir=tfds_dir)
+    assert train.num_pairs == 1200 and "1200 pairs" in train.report()
+    valid = load_parallel(f"tfds:{NAME}", "validation", "de", "en", data_dir=tfds_dir)
+    assert valid.num_pairs == 40 and not valid.pieces
+    # the whole split (in TFDS's stored order), pairs with an empty side dropped
+    assert sorted(pairs_of(valid)) == sorted(
+        (de, en) for en, de in sentence_pairs("validation", 40)
+    )
+    assert sorted(pairs_of(train)) == sorted(
+        (en, de) for en, de in sentence_pairs("train", 1200) if de
+    )
 
-    def fake_load(name, **kwargs):
-        calls.append((name, kwargs))
-        return tf.data.Dataset.from_tensor_slices({"en": ["a", " ", "b"], "de": ["x", "y", "z"]})
 
-    monkeypatch.setattr(tfds, "builder", lambda name, data_dir=None: _FakeBuilder())
-    monkeypatch.setattr(tfds, "load", fake_load)
-    parallel = load_parallel("tfds:wmt14_translate/de-en", split, "en", "de", seed=17)
-    assert pairs_of(parallel) == [("a", "x"), ("b", "z")]  # empty sides dropped
-    [(name, kwargs)] = calls
-    assert name == "wmt14_translate/de-en" and kwargs["split"] == split
-    assert kwargs["shuffle_files"] is shuffled
-    config = kwargs["read_config"]
-    if shuffled:
-        # Seeded, and the same file order on every pass (a stream position stays restorable).
-        assert config.shuffle_seed == 17 and config.shuffle_reshuffle_each_iteration is False
-        assert "files shuffled with seed 17" in parallel.report()
-    else:
-        assert config.shuffle_seed is None
+def test_tfds_not_prepared_in_the_data_dir_says_how_to_prepare_it(tmp_path, monkeypatch):
+    """wmt14 (TFDS's own builder: its module imports what setup.py must install) in an empty
+    data dir: one message, nothing downloaded."""
+
+    def no_network(*args, **kwargs):
+        raise AssertionError("tried to download")
+
+    monkeypatch.setattr("urllib.request.urlopen", no_network)
+    monkeypatch.setattr("requests.Session.request", no_network)
+    empty = str(tmp_path / "empty")
+    with pytest.raises(DataError) as err:
+        load_parallel("tfds:wmt14_translate/de-en", "train", "en", "de", data_dir=empty)
+    message = str(err.value)
+    assert len(message.splitlines()) == 1
+    assert f"wmt14_translate/de-en is not prepared in {empty}" in message
+    assert os.path.join(empty, "downloads", "manual") in message and "--tfds-download" in message
+
+
+@pytest.mark.parametrize("name", ["nope_not_a_dataset", "wmt14_translate/xx-yy"])
+def test_unknown_tfds_name_is_one_line(tmp_path, name):
+    with pytest.raises(DataError, match=f"unknown TFDS dataset '{name}'") as err:
+        load_parallel(f"tfds:{name}", "train", "en", "de", data_dir=str(tmp_path))
+    assert len(str(err.value).splitlines()) == 1
+
+
+def test_files_without_files_names_the_flags():
+    with pytest.raises(DataError, match="pass --train-src and --train-tgt"):
+        load_parallel("files", "train", "en", "de", files=(None, None))
+    with pytest.raises(DataError, match="pass --valid-src and --valid-tgt"):
+        load_parallel("files", "validation", "en", "de", files=("a", None))

@@ -14,7 +14,9 @@ from keras_transformer.data.tokenizer import (
     PAD_ID,
     UNK_ID,
     TokenizerError,
+    TooManyPieces,
 )
+from keras_transformer.run_dir import Run
 
 
 def read(path):
@@ -54,8 +56,7 @@ def test_detokenize_ignores_padding_and_markers(tokenizer):
 
 
 def test_tokenizer_survives_saved_model(tokenizer, tmp_path):
-    model_path = os.path.join(tmp_path, "spm.model")
-    tokenizer.save(model_path)
+    Run(str(tmp_path)).save_tokenizer(tokenizer)
     export = os.path.join(tmp_path, "saved")
     tf.saved_model.save(tokenizer, export)
     restored = tf.saved_model.load(export)
@@ -112,3 +113,38 @@ def test_bounded_sample_and_bad_arguments(multi30k_dir):
     sentences = read(os.path.join(multi30k_dir, "train.de.gz"))
     with pytest.raises(TokenizerError, match=r"--vocab-size 300 is too small: .*at least 3\d\d"):
         train_sentencepiece(sentences, 300)
+
+
+def test_what_round_trips_and_what_normalization_changes(ascii_tokenizer):
+    """NFKC text with single spaces comes back as it was; compatibility characters come back
+    as their NFKC forms and whitespace runs as one space (SentencePiece's nmt_nfkc)."""
+    same = ["Ein Mädchen läuft über die Straße.", "naïve café 東京 🙂", "Ω ≈ √2 ≠ 3"]
+    changed = {
+        "ﬁne": "fine",
+        "① step": "1 step",
+        "ＡＢ": "AB",
+        "x²": "x2",
+        "  two   spaces ": "two spaces",
+    }
+    texts = same + list(changed)
+    back = ascii_tokenizer.detokenize(ascii_tokenizer.tokenize(tf.constant(texts))).numpy()
+    back = [b.decode("utf-8") for b in back]
+    assert back == same + list(changed.values())
+
+
+def test_too_many_pieces_names_the_largest_that_fits():
+    sentences = [f"the cat sat on mat {i}" for i in range(40)]
+    with pytest.raises(
+        TooManyPieces, match=r"--vocab-size 2000 is more .*--vocab-size (\d+) or less"
+    ) as err:
+        train_sentencepiece(sentences, 2000)
+    largest = err.value.largest
+    assert 261 < largest < 2000
+    assert SubwordTokenizer(train_sentencepiece(sentences, largest)).vocab_size == largest
+
+
+def test_the_sample_is_bounded_and_seeded(multi30k_dir):
+    sentences = read(os.path.join(multi30k_dir, "train.en.gz"))
+    first = train_sentencepiece(sentences, 600, max_sentences=2000, seed=1)
+    assert train_sentencepiece(sentences, 600, max_sentences=2000, seed=1) == first
+    assert train_sentencepiece(sentences, 600, max_sentences=2000, seed=2) != first

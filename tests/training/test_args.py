@@ -42,7 +42,7 @@ def test_small_corpus_gets_the_multi30k_recipe():
     assert calls == [(8000, 4096)]
     assert (out.vocab_size, out.batch_tokens, out.steps_per_epoch) == (8000, 4096, 110)
     assert out.train_steps == 20 * 110
-    assert out.warmup_steps == 900  # 40% of the steps, rounded to 100
+    assert out.warmup_steps == 900 and isinstance(out.warmup_steps, int)  # 40%, to 100
     assert (out.lr_scale, out.dropout_rate, out.label_smoothing) == (0.8, 0.2, 0.1)
     assert out.checkpoint_every == 100 and out.eval_every == 220 and out.eval_sentences == 500
 
@@ -86,3 +86,30 @@ def test_a_resume_refuses_changed_schedule_and_model_flags():
         check_resume(TrainArgs(lr_scale=1.0), saved, "run/config.json")
     with pytest.raises(ConfigError, match=r"--preset base differs from small"):
         check_resume(TrainArgs(preset="base"), saved, "run/config.json")
+
+
+@pytest.mark.parametrize(
+    "argv,status",
+    [(["--help"], 0), (["--preset", "huge"], 2), (["--train-steps", "-3"], 2)],
+)
+def test_flags_are_parsed_and_checked_before_tensorflow_loads(argv, status):
+    """`train.py --help` and flag errors answer before TensorFlow is imported."""
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    probe = (
+        "import sys, train\n"
+        "try:\n"
+        f"    code = train.main({argv!r})\n"
+        "except SystemExit as exit:\n"
+        "    code = exit.code\n"
+        "print('EXIT', code, 'tensorflow' in sys.modules, 'keras' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": root},
+    )
+    assert out.stdout.strip().splitlines()[-1] == f"EXIT {status} False False", out.stderr

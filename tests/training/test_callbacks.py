@@ -9,6 +9,7 @@ from keras_transformer.training import callbacks as cb
 
 def compiled_model():
     model = kt.Transformer(kt.TransformerConfig.preset("tiny", vocab_size=30))
+    model.build()
     model.compile(optimizer=kt.paper_optimizer(64, 10), loss=kt.LabelSmoothedCrossEntropy())
     model.optimizer.build(model.trainable_variables)
     return model
@@ -48,3 +49,99 @@ def test_metrics_logger_writes_json_lines(tmp_path):
     records = run.read_metrics()
     assert records[0]["step"] == 3 and records[0]["loss"] == 1.5 and records[0]["learning_rate"] > 0
     assert records[1]["event"] == "epoch" and records[1]["val_loss"] == 1.6
+
+
+class FixedBleu:
+    """A stand-in translation function: the BLEU it gets is set by the test."""
+
+    def __init__(self, callback, scores):
+        self.callback, self.scores = callback, iter(scores)
+
+    def evaluate(self):
+        return {"bleu": next(self.scores)}
+
+
+def bleu_callback(model, tmp_path, scores):
+    run = Run(str(tmp_path))
+    state = cb.StepState(model)
+    evaluation = cb.BleuEvaluation(
+        lambda x: None,
+        ["a"],
+        ["a"],
+        every=1,
+        best_dir=run.path("best"),
+        model=model,
+        state=state,
+        metrics=cb.MetricsLogger(run, state, every=0, enabled=False),
+        log_dir=None,
+    )
+    evaluation.evaluate = FixedBleu(evaluation, scores).evaluate
+    evaluation.set_model(model)
+    return run, evaluation
+
+
+def test_nothing_is_evaluated_or_saved_at_step_0(tmp_path):
+    """float16 loss scaling can skip the first steps: step 0 has nothing to keep."""
+    model = compiled_model()
+    run, evaluation = bleu_callback(model, tmp_path, [10.0])
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), str(tmp_path / "c"), 3)
+    saver = cb.CheckpointEvery(
+        manager, cb.StepState(model), every=1, guard=cb.NonFiniteLossGuard(None)
+    )
+    saver.set_model(model)
+    for callback in (evaluation, saver):
+        callback.on_train_batch_end(0, {"loss": 2.0})
+        callback.on_epoch_end(0, {"loss": 2.0})
+    assert manager.latest_checkpoint is None and not run.checkpoints(best=True)
+    assert evaluation.last_bleu is None
+
+
+def test_non_finite_weights_never_reach_best(tmp_path):
+    model = compiled_model()
+    run, evaluation = bleu_callback(model, tmp_path, [0.0, 5.0])
+    model.optimizer.iterations.assign(1)
+    weight = model.trainable_variables[0]
+    weight.assign(tf.fill(weight.shape, float("nan")))
+    evaluation.on_train_batch_end(0)
+    assert evaluation.last_bleu == 0.0 and not run.checkpoints(best=True)
+    # and after the loss guard has fired, nothing is evaluated at all
+    evaluation.guard = cb.NonFiniteLossGuard(None)
+    evaluation.guard.failed_step = 2
+    model.optimizer.iterations.assign(2)
+    evaluation.on_epoch_end(0)
+    assert evaluation.last_bleu == 0.0
+
+
+def test_best_keeps_its_own_score_and_a_resume_takes_the_max(tmp_path):
+    """Killed after best/ was saved (BLEU 30 at step 4) but before the training checkpoint
+    that would hold that score: the resumed run must not replace best/ with a BLEU of 20."""
+    model = compiled_model()
+    run, first = bleu_callback(model, tmp_path, [30.0])
+    model.optimizer.iterations.assign(4)
+    first.on_train_batch_end(0)
+    assert run.checkpoints(best=True)[-1].endswith("ckpt-4")
+    # a restart whose training checkpoint predates that evaluation (best BLEU unknown: -1)
+    run, resumed = bleu_callback(model, tmp_path, [20.0])
+    resumed.restore_best(run)
+    assert float(resumed.progress.best.numpy()) == 30.0
+    assert int(resumed.progress.best_step.numpy()) == 4
+    model.optimizer.iterations.assign(6)
+    resumed.on_train_batch_end(0)
+    assert run.checkpoints(best=True)[-1].endswith("ckpt-4")  # 20 < 30: best/ kept
+
+
+def test_metrics_after_a_resume_hold_each_event_once(tmp_path):
+    model = compiled_model()
+    run = Run(str(tmp_path))
+    logger = cb.MetricsLogger(run, cb.StepState(model), every=1)
+    logger.set_model(model)
+    for step in (1, 2, 3):
+        model.optimizer.iterations.assign(step)
+        logger.on_train_batch_end(0, {"loss": 1.0})
+    model.optimizer.iterations.assign(2)  # restored from the checkpoint at step 2
+    resumed = cb.MetricsLogger(run, cb.StepState(model), every=1)
+    resumed.set_model(model)
+    resumed.resume()
+    model.optimizer.iterations.assign(3)
+    resumed.on_train_batch_end(0, {"loss": 1.0})
+    assert [r["step"] for r in run.read_metrics()] == [1, 2, 3]

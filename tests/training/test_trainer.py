@@ -80,8 +80,24 @@ def wait_for_checkpoint(model_dir, step, proc, timeout=300):
 
 RESUME = [
     "--train-steps", "40", "--steps-per-epoch", "15", "--checkpoint-every", "10",
-    "--warmup-steps", "10", "--eval-every", "10",
+    "--warmup-steps", "10", "--eval-every", "5",
 ]  # fmt: skip
+
+
+def events(run_dir):
+    """[(event, step)] of metrics.jsonl, in order."""
+    return [(r["event"], r["step"]) for r in Run(str(run_dir)).read_metrics()]
+
+
+def tensorboard_steps(run_dir, tag="loss"):
+    """The steps of the `tag` scalars in logs/train, in the order written."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    # as TensorBoard reads a directory: events a restarted run writes again replace those
+    # the killed one wrote past its restored step (purge_orphaned_data)
+    accumulator = EventAccumulator(str(run_dir / LOG_DIR / "train"))
+    accumulator.Reload()
+    return [event.step for event in accumulator.Tensors(tag)]
 
 
 @pytest.mark.slow
@@ -90,6 +106,7 @@ def test_resume_after_sigkill_is_exact(tmp_path, multi30k_dir):
     alone = tmp_path / "alone"
     out = run_train(alone, multi30k_dir, *RESUME)
     assert "training ended at step 40 of 40" in out.stdout
+    assert "ran out of data" not in out.stderr  # Keras stops after the last validation batch
     assert f"python export.py --model-dir {alone} --export-dir exports" in out.stdout
 
     model_dir = tmp_path / "killed"
@@ -128,6 +145,12 @@ def test_resume_after_sigkill_is_exact(tmp_path, multi30k_dir):
         }
 
     assert bleus(model_dir) == bleus(alone)
+    # every event once, as the run left alone wrote them; time_s keeps counting
+    assert events(model_dir) == events(alone)
+    times = [r["time_s"] for r in Run(str(model_dir)).read_metrics()]
+    assert times == sorted(times)
+    # TensorBoard's step axis is the optimizer step across both processes
+    assert tensorboard_steps(model_dir) == tensorboard_steps(alone) == list(range(5, 41, 5))
     records = Run(str(model_dir)).read_metrics()
     assert {"step", "epoch", "loss"} <= set(records[0]) and any("val_loss" in r for r in records)
     assert os.listdir(model_dir / LOG_DIR)  # TensorBoard logs
@@ -151,7 +174,11 @@ def test_resume_restores_the_loss_scale(tmp_path, multi30k_dir):
 def test_resume_refuses_flags_that_would_change_the_run(tmp_path, multi30k_dir):
     model_dir = tmp_path / "run"
     run_train(model_dir, multi30k_dir, "--train-steps", "2", "--warmup-steps", "30")
-    for flag, value, saved in (("--warmup-steps", "50", "30"), ("--dropout-rate", "0.3", "0.2")):
+    for flag, value, saved in (
+        ("--warmup-steps", "50", "30"),
+        ("--dropout-rate", "0.3", "0.2"),
+        ("--precision", "mixed_float16", "float32"),
+    ):
         out = run_train(model_dir, multi30k_dir, "--train-steps", "4", flag, value, check=False)
         assert out.returncode == 2 and "Traceback" not in out.stderr
         assert f"{flag} {value} differs from {saved} in {model_dir}/config.json" in out.stderr
@@ -166,55 +193,107 @@ def free_port():
         return s.getsockname()[1]
 
 
-@pytest.mark.slow
-def test_multi_worker_two_processes(tmp_path, multi30k_dir):
-    """Two local workers: the non-chief waits for the chief's tokenizer, and early stopping
-    on patience stops both at the same step (a chief-only decision would leave worker 1
-    blocked in a collective)."""
-    model_dir = tmp_path / "mw"
+def run_workers(model_dir, data_dir, *args, timeout=420):
+    """Two local workers of one MultiWorkerMirroredStrategy job; their stdout."""
     workers = [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]
     procs = []
     for index in range(2):
-        env = dict(
-            os.environ,
-            TF_CONFIG=json.dumps(
-                {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
-            ),
-        )
-        args = ["--strategy", "multi_worker", "--train-steps", "12", "--steps-per-epoch", "6",
-                "--checkpoint-every", "3", "--eval-every", "3", "--patience", "1"]  # fmt: skip
+        config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
         procs.append(
             subprocess.Popen(
-                train_cmd(model_dir, multi30k_dir, *args),
+                train_cmd(model_dir, data_dir, "--strategy", "multi_worker", *args),
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 text=True,
-                env=env,
+                env=dict(os.environ, TF_CONFIG=json.dumps(config)),
                 cwd=ROOT,
             )
         )
     outputs = []
     for proc in procs:
         try:
-            out, err = proc.communicate(timeout=420)
+            out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             for p in procs:
                 p.kill()
             raise AssertionError("a worker hung (blocked in a collective?)") from None
         assert proc.returncode == 0, err[-3000:]
         outputs.append(out)
+    return outputs
+
+
+def assert_same_variables(first, second, tolerance=0.0):
+    """Every saved weight (some stored under the optimizer's references) and slot is equal
+    (to `tolerance`, relative to the largest value of the variable)."""
+    a, b = tf.train.load_checkpoint(first), tf.train.load_checkpoint(second)
+    names = [n for n, _ in tf.train.list_variables(first) if n.startswith(("model/", "optimizer/"))]
+    assert len(names) > 100
+    for name in names:
+        x, y = a.get_tensor(name), b.get_tensor(name)
+        scale = max(float(np.max(np.abs(x))), 1e-6) if np.size(x) else 1.0
+        assert float(np.max(np.abs(x - y), initial=0.0)) <= tolerance * scale, name
+
+
+@pytest.mark.slow
+def test_multi_worker_two_processes(tmp_path, multi30k_dir):
+    """Two local workers: the non-chief waits for the chief's tokenizer, and early stopping
+    on patience stops both at the same step (a chief-only decision would leave worker 1
+    blocked in a collective)."""
+    model_dir = tmp_path / "mw"
+    args = ["--train-steps", "12", "--steps-per-epoch", "6", "--checkpoint-every", "3",
+            "--eval-every", "3", "--patience", "1"]  # fmt: skip
+    outputs = run_workers(model_dir, multi30k_dir, *args)
     assert "early stopping" in outputs[0]
     assert not os.path.exists(model_dir / "worker_1" / "spm.model")  # the chief's is used
     chief = Run(str(model_dir)).checkpoints()[-1]
     other = Run(str(model_dir / "worker_1")).checkpoints()[-1]
     stop = int(chief.rsplit("-", 1)[1])
     assert stop < 12 and other.endswith(f"ckpt-{stop}")
-    a, b = tf.train.load_checkpoint(chief), tf.train.load_checkpoint(other)
-    # every saved variable: weights (some stored under the optimizer's references) and slots
-    names = [n for n, _ in tf.train.list_variables(chief) if n.startswith(("model/", "optimizer/"))]
-    assert len(names) > 100
-    for name in names:
-        np.testing.assert_array_equal(a.get_tensor(name), b.get_tensor(name))
+    assert_same_variables(chief, other)
+
+
+MULTI_RESUME = ["--steps-per-epoch", "6", "--checkpoint-every", "3", "--eval-every", "3",
+                "--warmup-steps", "10"]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_multi_worker_resume_after_a_kill_between_the_two_saves(tmp_path, multi30k_dir):
+    """Worker 1's newest checkpoint is lost (killed between the chief's save and its own):
+    on restart every worker takes the chief's step, and both end with the weights of the
+    same two-worker run left alone (dropout on: the replicas' RNG states are restored too)."""
+    alone, killed = tmp_path / "alone", tmp_path / "killed"
+    run_workers(alone, multi30k_dir, "--train-steps", "9", *MULTI_RESUME)
+    run_workers(killed, multi30k_dir, "--train-steps", "6", *MULTI_RESUME)
+    worker = Run(str(killed / "worker_1"))
+    assert worker.checkpoints()[-1].endswith("ckpt-6")
+    folder = killed / "worker_1" / "checkpoints"
+    for path in folder.glob("ckpt-6.*"):
+        path.unlink()
+    tf.compat.v1.train.update_checkpoint_state(
+        str(folder), "ckpt-3", all_model_checkpoint_paths=["ckpt-3"]
+    )
+    assert worker.checkpoints()[-1].endswith("ckpt-3")
+    outputs = run_workers(killed, multi30k_dir, "--train-steps", "9", *MULTI_RESUME)
+    assert all("at step 6" in out for out in outputs)
+    final = [Run(str(d)).checkpoints()[-1] for d in (alone, killed, killed / "worker_1")]
+    assert all(path.endswith("ckpt-9") for path in final)
+    assert_same_variables(final[1], final[2])  # the two workers agree...
+    assert_same_variables(final[0], final[1], tolerance=1e-4)  # ...with the run left alone
+
+
+def test_a_worker_that_gives_up_stops_the_chief(tmp_path):
+    from keras_transformer.training.args import ConfigError
+    from keras_transformer.training.preparation import GAVE_UP, check_workers, wait_for
+
+    run_dir = Run(str(tmp_path))
+    check_workers(run_dir)  # nothing to report
+    note = run_dir.path(GAVE_UP.format(1))
+    with pytest.raises(ConfigError, match=r"waited 0 s \(--worker-wait\) for the chief"):
+        wait_for(run_dir.path("config.json"), 0, note)
+    assert os.path.isfile(note)
+    with pytest.raises(ConfigError, match=r"worker_1 gave up waiting for this chief"):
+        check_workers(run_dir)
+    check_workers(run_dir)  # the note is cleared: the next start begins clean
 
 
 def write(path, lines):

@@ -1,0 +1,189 @@
+"""Before training: the data, the resolved settings and the tokenizer of a run.
+
+A new run resolves its automatic settings from the corpus (`args.resolve`), trains the
+SentencePiece model and writes both to the run directory (the chief only); a resumed run reads
+them back and refuses flags that would change it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import math
+import os
+import time
+
+from keras_transformer.config import TransformerConfig
+from keras_transformer.data import (
+    SubwordTokenizer,
+    load_parallel,
+    make_batches,
+    train_sentencepiece,
+)
+from keras_transformer.data.tokenizer import TooManyPieces
+from keras_transformer.files import write_atomic
+from keras_transformer.run_dir import CONFIG_FILE, Run
+from keras_transformer.training.args import (
+    ConfigError,
+    TrainArgs,
+    TrainSettings,
+    check_resume,
+    resolve,
+)
+
+
+def load_data(args: TrainArgs):
+    """(train, validation) ParallelText from the --dataset flags."""
+    files = {
+        "train": (args.train_src, args.train_tgt),
+        "validation": (args.valid_src, args.valid_tgt),
+    }
+    return tuple(
+        load_parallel(
+            args.dataset,
+            split,
+            args.src_lang,
+            args.tgt_lang,
+            data_dir=args.data_dir,
+            files=files[split],
+            tfds_download=args.tfds_download,
+        )
+        for split in ("train", "validation")
+    )
+
+
+GAVE_UP = "worker_{}.gave_up"  # a non-chief worker that stopped waiting leaves this file
+
+
+def settle(run_dir: Run, args: TrainArgs, train, task: int | None = None):
+    """(resolved settings, tokenizer): from config.json when resuming (refusing flags that
+    would change the run), else resolved from the corpus and written by the chief.
+
+    `task` is the index of a non-chief worker (None for the chief): it waits for the chief's
+    config.json. One that gives up leaves a note, and the chief, finding it once its own
+    preparation is done, stops too instead of blocking in its first collective.
+    """
+    if task is not None:
+        wait_for(run_dir.path(CONFIG_FILE), args.worker_wait, run_dir.path(GAVE_UP.format(task)))
+    if run_dir.exists:
+        settings, tokenizer = resumed_settings(run_dir, args), run_dir.load_tokenizer()
+    else:
+        settings, tokenizer = new_settings(run_dir, args, train)
+    if task is None:
+        check_workers(run_dir)
+    return settings, tokenizer
+
+
+def check_workers(run_dir: Run) -> None:
+    """The chief stops when a worker gave up waiting for it (and clears the note)."""
+    notes = sorted(glob.glob(run_dir.path(GAVE_UP.format("*"))))
+    if notes:
+        for note in notes:
+            os.remove(note)
+        raise ConfigError(
+            f"{', '.join(os.path.basename(n).split('.')[0] for n in notes)} gave up waiting for "
+            f"this chief (--worker-wait) and exited: start every worker again, with a larger "
+            "--worker-wait if the chief's preparation takes longer"
+        )
+
+
+def new_settings(run_dir: Run, args: TrainArgs, train):
+    """Resolve the automatic settings from the corpus, train the tokenizer, write both."""
+
+    tokenizers: dict[int, SubwordTokenizer] = {}
+
+    def tokenizer_for(vocab_size: int) -> SubwordTokenizer:
+        if vocab_size not in tokenizers:
+            tokenizers[vocab_size] = train_tokenizer(train, vocab_size, args)
+        return tokenizers[vocab_size]
+
+    def batches_per_pass(vocab_size: int, batch_tokens: int) -> int:
+        return count_batches(train, tokenizer_for(vocab_size), batch_tokens, args.max_length)
+
+    settings = resolve(args, num_pairs=train.num_pairs, batches_per_pass=batches_per_pass)
+    tokenizer = tokenizer_for(settings.vocab_size)
+    model_config = TransformerConfig.preset(
+        settings.preset,
+        vocab_size=tokenizer.vocab_size,
+        max_length=max(settings.max_length, 256),
+        dropout_rate=settings.dropout_rate,
+        label_smoothing=settings.label_smoothing,
+    )
+    run_dir.save_tokenizer(tokenizer)  # before config.json: other workers wait for config.json
+    run_dir.write_config(
+        {"model": model_config.to_dict(), "training": dataclasses.asdict(settings)}
+    )
+    return settings, tokenizer
+
+
+def resumed_settings(run_dir: Run, args: TrainArgs) -> TrainSettings:
+    """The saved settings, with the flags given now for what a resume may change."""
+    saved = run_dir.read_config().get("training")
+    if not isinstance(saved, dict):
+        raise ConfigError(f'{run_dir.path(CONFIG_FILE)} has no "training" settings')
+    check_resume(args, saved, run_dir.path(CONFIG_FILE))
+    known = {f.name for f in dataclasses.fields(TrainArgs)}
+    given = dataclasses.asdict(args)
+    settings = TrainSettings(
+        **{**given, **{k: v for k, v in saved.items() if k in known and given[k] is None}}
+    )
+    if args.epochs is not None:
+        settings.train_steps = args.epochs * settings.steps_per_epoch
+    settings.epochs = None
+    settings.precision = settings.precision or "float32"  # runs written before the flag
+    return settings
+
+
+def train_tokenizer(train, vocab_size: int, args: TrainArgs) -> SubwordTokenizer:
+    def sentences():
+        for src, tgt in train.dataset.as_numpy_iterator():
+            yield src.decode("utf-8")
+            yield tgt.decode("utf-8")
+
+    print(f"training a {vocab_size}-piece {args.spm_model_type} SentencePiece model", flush=True)
+    try:
+        proto = train_sentencepiece(
+            sentences(), vocab_size, model_type=args.spm_model_type, seed=args.seed
+        )
+    except TooManyPieces as err:
+        if args.vocab_size is not None:
+            raise
+        raise ConfigError(
+            f"the automatic --vocab-size {vocab_size} is more pieces than the training text of "
+            f"{train.num_pairs} pairs allows: pass --vocab-size {err.largest} or less"
+        ) from None
+    return SubwordTokenizer(proto)
+
+
+def count_batches(train, tokenizer, batch_tokens: int, max_length: int, sample: int = 20_000):
+    """Batches in one pass over the corpus: counted on up to `sample` pairs, then scaled."""
+    batches = make_batches(
+        train.dataset.take(sample),
+        tokenizer,
+        batch_tokens=batch_tokens,
+        max_length=max_length,
+        shuffle=False,
+    )
+    counted = int(batches.reduce(0, lambda n, _: n + 1))
+    if train.num_pairs <= sample:
+        return counted
+    return math.ceil(counted * train.num_pairs / sample)
+
+
+def wait_for(path: str, timeout: float, gave_up: str) -> None:
+    """A non-chief worker waits for the chief to write the run's config.json; when it gives
+    up it writes `gave_up` (read by the chief) and says so."""
+    deadline = time.monotonic() + timeout
+    while not os.path.isfile(path):
+        if time.monotonic() > deadline:
+            os.makedirs(os.path.dirname(gave_up), exist_ok=True)
+            write_atomic(gave_up, f"gave up after {timeout:.0f} s\n")
+            raise ConfigError(
+                f"waited {timeout:.0f} s (--worker-wait) for the chief worker to write {path}: "
+                "start worker 0 with the same --model-dir (a directory every worker can read), "
+                "or raise --worker-wait"
+            )
+        time.sleep(1.0)
+
+
+__all__ = ["check_workers", "count_batches", "load_data", "settle", "train_tokenizer", "wait_for"]

@@ -34,7 +34,8 @@ setup(
         "test": ["pytest>=8", "pytest-xdist>=3", "psutil>=5.9", "ruff>=0.6"],
         "notebooks": ["jupyter", "nbclient>=0.10", "nbformat>=5", "ipykernel", "matplotlib>=3.8"],
         "serving": ["requests>=2.31"],
-        # benchmarks/bench_decode.py's reference decoder; the package never imports it
+        # the reference decoder of benchmarks/bench_decode.py and bench_real.py; the package
+        # never imports it
         "bench": ["ctranslate2>=4.5,<5"],
     },
     entry_points={

@@ -9,13 +9,15 @@ forced: the search's min_length, as CTranslate2's min_decoding_length). Decoders
   - cached (Python): `beam_search` over `Transformer.decode_step` in one `tf.function`;
   - cached (SavedModel): the same function exported with ExportArchive and reloaded, at
     beam 4 and at beam 1 (greedy), the beam size being an input of the exported function;
-  - CTranslate2 float32 (and int8), beam 4 and greedy: a post-norm Transformer of the same
-    dimensions built through `ctranslate2.specs` with random weights, the same source token
-    count, `min_decoding_length = max_decoding_length = 30`, `intra_threads` = CPU cores.
+  - CTranslate2 float32 and int8, beam 4 and greedy: OUR random weights written through
+    `ctranslate2.specs` (benchmarks/reference.py), the same source tokens,
+    `min_decoding_length = max_decoding_length = 30`, `intra_threads` = CPU cores, each
+    compute type in a process of its own (a second `Translator` in a process slows the
+    first one down).
 All of them are timed in interleaved rounds (each decoder once per round, in turn), so that
 a slow spell of a shared machine falls on every decoder alike. Prints JSON: sentences/s
 (median over the rounds), our export's speed relative to CTranslate2 float32 (the median of
-the per-round ratios, and their range), peak RSS.
+the per-round ratios, and their range) and to int8, the CPU's ISA flags, our peak RSS.
 """
 
 from __future__ import annotations
@@ -24,109 +26,56 @@ import argparse
 import json
 import os
 import resource
+import sys
 import tempfile
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from reference import Local, Worker, interleaved, isa_flags, ratios, write_ctranslate2  # noqa: E402
 
 BATCH, SRC_LEN, STEPS, BEAM, VOCAB, EOS = 64, 20, 30, 4, 8000, 3
 
 
-def build_ctranslate2(out_dir: str, cfg, seed: int = 0) -> None:
-    """A CTranslate2 post-norm Transformer with `cfg`'s dimensions and random weights."""
-    import numpy as np
-    from ctranslate2.specs import transformer_spec
+def ctranslate2_w3(model_dir: str, compute_type: str, source: list[list[int]]) -> dict:
+    """{"beam4": run, "greedy": run}: CTranslate2 with `compute_type` on the W3 source,
+    exactly STEPS steps (built in its own process: see reference.Worker)."""
+    from reference import ctranslate2_translator
 
-    d, rng = cfg.d_model, np.random.default_rng(seed)
-    spec = transformer_spec.TransformerSpec.from_config(
-        cfg.num_layers, cfg.num_heads, pre_norm=cfg.norm_first
-    )
+    translator = ctranslate2_translator(model_dir, compute_type)
+    tokens = [[f"t{i}" for i in row] for row in source]
 
-    def linear(layer, out_dim, in_dim):
-        scale = np.sqrt(2.0 / (out_dim + in_dim))
-        layer.weight = (rng.standard_normal((out_dim, in_dim)) * scale).astype(np.float32)
-        layer.bias = np.zeros(out_dim, np.float32)
+    def run(beam):
+        out = translator.translate_batch(
+            tokens,
+            beam_size=beam,
+            length_penalty=0.6,
+            max_batch_size=BATCH,
+            min_decoding_length=STEPS,
+            max_decoding_length=STEPS,
+        )
+        assert all(len(r.hypotheses[0]) == STEPS for r in out), "not 30 steps"
 
-    def norm(layer):
-        layer.gamma, layer.beta = np.ones(d, np.float32), np.zeros(d, np.float32)
-
-    embedding = (rng.standard_normal((cfg.vocab_size, d)) * d**-0.5).astype(np.float32)
-    spec.encoder.embeddings[0].weight = embedding  # tied, as ours
-    spec.decoder.embeddings.weight = embedding
-    spec.decoder.projection.weight = embedding
-    spec.decoder.projection.bias = np.zeros(cfg.vocab_size, np.float32)
-    for layer in spec.encoder.layer + spec.decoder.layer:
-        norm(layer.self_attention.layer_norm)
-        linear(layer.self_attention.linear[0], 3 * d, d)  # fused Q, K, V
-        linear(layer.self_attention.linear[1], d, d)
-        if hasattr(layer, "attention"):
-            norm(layer.attention.layer_norm)
-            linear(layer.attention.linear[0], d, d)
-            linear(layer.attention.linear[1], 2 * d, d)  # fused K, V of the memory
-            linear(layer.attention.linear[2], d, d)
-        norm(layer.ffn.layer_norm)
-        linear(layer.ffn.linear_0, cfg.d_ff, d)
-        linear(layer.ffn.linear_1, d, cfg.d_ff)
-    if cfg.norm_first:
-        norm(spec.encoder.layer_norm)
-        norm(spec.decoder.layer_norm)
-    tokens = ["<blank>", "<unk>", "<s>", "</s>"] + [f"t{i}" for i in range(4, cfg.vocab_size)]
-    spec.register_source_vocabulary(tokens)
-    spec.register_target_vocabulary(tokens)
-    spec.validate()
-    spec.optimize(quantization="float32")
-    spec.save(out_dir)
+    return {"beam4": lambda: run(BEAM), "greedy": lambda: run(1)}
 
 
-def ctranslate2_decoders(cfg, source, model_dir: str) -> dict:
-    """{name: run}: CTranslate2 float32 and int8, beam 4 and greedy, on the same source
-    (each `run()` translates the batch), or {"ctranslate2": why not} if it is not installed.
-    The model is written to `model_dir`."""
+def ctranslate2_workers(model, source, model_dir: str) -> dict:
+    """{name: (worker, decoder)}: CTranslate2 float32 and int8, beam 4 and greedy, each
+    compute type in a process of its own, running `model`'s own weights (written to
+    `model_dir`); or {"ctranslate2": why not} if it is not installed."""
     try:
-        import ctranslate2
+        import ctranslate2  # noqa: F401
     except ImportError:
         return {"ctranslate2": "not installed (pip install -e '.[bench]')"}
-    tokens = [[f"t{i}" for i in row] for row in source.numpy()]
-    os.makedirs(model_dir, exist_ok=True)
-    build_ctranslate2(model_dir, cfg)
+    tokens = [f"t{i}" for i in range(model.config.vocab_size)]
+    # W3's 20 random ids are the whole source on both sides: no eos appended
+    write_ctranslate2(model, tokens, model_dir, SRC_LEN + STEPS + 8, source_eos=False)
+    rows = source.numpy().tolist()
     decoders = {}
     for compute_type in ("float32", "int8"):
-        translator = ctranslate2.Translator(
-            model_dir,
-            device="cpu",
-            compute_type=compute_type,
-            inter_threads=1,
-            intra_threads=os.cpu_count(),
-        )
-        for name, beam in (("beam4", BEAM), ("greedy", 1)):
-
-            def run(beam=beam, translator=translator):
-                out = translator.translate_batch(
-                    tokens,
-                    beam_size=beam,
-                    length_penalty=0.6,
-                    max_batch_size=BATCH,
-                    min_decoding_length=STEPS,
-                    max_decoding_length=STEPS,
-                )
-                assert all(len(r.hypotheses[0]) == STEPS for r in out), "not 30 steps"
-
-            decoders[f"ctranslate2_{compute_type}_{name}"] = run
-    decoders["ctranslate2_version"] = ctranslate2.__version__
+        worker = Worker(ctranslate2_w3, model_dir=model_dir, compute_type=compute_type, source=rows)
+        for name in ("beam4", "greedy"):
+            decoders[f"ctranslate2_{compute_type}_{name}"] = (worker, name)
     return decoders
-
-
-def interleaved(decoders: dict, repeats: int) -> dict:
-    """{name: [seconds per run]}: `repeats` rounds that run each decoder (already warmed up)
-    once, in turn, so that a slow spell of a shared machine falls on all of them alike
-    instead of on whichever ran then."""
-    times = {name: [] for name in decoders}
-    for _ in range(repeats):
-        for name, run in decoders.items():
-            start = time.perf_counter()
-            run()
-            times[name].append(time.perf_counter() - start)
-    return times
 
 
 def w3():
@@ -236,36 +185,44 @@ def main(argv=None) -> None:
     if args.uncached_repeats:  # ~10x slower than the rest: timed on its own
         run = ours(tf.function(lambda s: named(uncached(s)), input_signature=[spec]))
         run()  # traced and warm
-        times.update(interleaved({"uncached": run}, args.uncached_repeats))
+        times.update(interleaved({"uncached": (Local({"run": run}), "run")}, args.uncached_repeats))
 
     with tempfile.TemporaryDirectory() as tmp:
         export_w3(model, cached, os.path.join(tmp, "export"))
         loaded = tf.saved_model.load(os.path.join(tmp, "export"))
-        decoders = {
+        local = {
             f"savedmodel_{name}": ours(lambda s, beam=beam: loaded.decode(s, tf.constant(beam)))
             for name, beam in (("beam4", BEAM), ("greedy", 1))
         }
         if not args.no_python:
             run = tf.function(lambda s: named(cached(s)), input_signature=[spec])
-            decoders["cached_python"] = ours(run)
+            local["cached_python"] = ours(run)
         ids = loaded.decode(source, tf.constant(BEAM))["ids"].numpy()
         assert ids.shape[-1] == STEPS and np.all(ids[:, :, STEPS - 1] == EOS), "not 30 steps"
-        for run in decoders.values():
+        for run in local.values():
             run()  # traced and warm before the RSS reading
         rss_ours = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        here = Local(local)
+        decoders = {name: (here, name) for name in local}
         reference = {}
         if not args.no_ctranslate2:
-            reference = ctranslate2_decoders(cfg, source, os.path.join(tmp, "ctranslate2"))
+            reference = ctranslate2_workers(model, source, os.path.join(tmp, "ctranslate2"))
         notes = {k: v for k, v in reference.items() if isinstance(v, str)}
-        for name, run in reference.items():
-            if callable(run):
-                run()  # warm
-                decoders[name] = run
-        times.update(interleaved(decoders, args.repeats))
+        workers = {v[0] for v in reference.values() if isinstance(v, tuple)}
+        try:
+            for name, (worker, decoder) in (i for i in reference.items() if i[0] not in notes):
+                worker.run(decoder)  # warm
+                decoders[name] = (worker, decoder)
+            times.update(interleaved(decoders, args.repeats))
+        finally:
+            for worker in workers:
+                worker.close()
 
     report = {
         "workload": "W3",
+        "command": "python benchmarks/bench_decode.py " + " ".join(argv or sys.argv[1:]),
         "machine": f"{os.cpu_count()} CPU cores",
+        "isa_flags": isa_flags(),
         "batch": BATCH,
         "source_tokens": SRC_LEN,
         "steps": STEPS,
@@ -273,6 +230,7 @@ def main(argv=None) -> None:
         "rounds": args.repeats,
         "threads": {"intra_op": args.intra_op, "inter_op": args.inter_op},
         "TF_ENABLE_ONEDNN_OPTS": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "unset"),
+        "ctranslate2": "each compute type in a process of its own, the same weights as ours",
         **{
             f"{name}_sentences_per_s": round(BATCH / float(np.median(runs)), 1)
             for name, runs in times.items()
@@ -280,20 +238,18 @@ def main(argv=None) -> None:
         **notes,
     }
     for name in ("beam4", "greedy"):
-        reference_runs = times.get(f"ctranslate2_float32_{name}")
-        if reference_runs:
-            # the ratio within each round, then its median (and range): both decoders ran
-            # back to back, on the same machine state
-            ratios = np.array(reference_runs) / np.array(times[f"savedmodel_{name}"])
-            key = f"savedmodel_vs_ctranslate2_float32_{name}"
-            report[key] = round(float(np.median(ratios)), 2)
-            report[f"{key}_range"] = [round(float(ratios.min()), 2), round(float(ratios.max()), 2)]
+        for compute_type in ("float32", "int8"):
+            if f"ctranslate2_{compute_type}_{name}" in times:
+                # the ratio within each round, then its median (and range): both decoders
+                # ran back to back, on the same machine state
+                report[f"savedmodel_vs_ctranslate2_{compute_type}_{name}"] = ratios(
+                    times, f"savedmodel_{name}", f"ctranslate2_{compute_type}_{name}"
+                )
     if "uncached" in times:
         report["speedup_savedmodel_vs_uncached"] = round(
             float(np.median(times["uncached"]) / np.median(times["savedmodel_beam4"])), 2
         )
-    report["peak_rss_mb_before_ctranslate2"] = round(rss_ours, 1)
-    report["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    report["peak_rss_mb_ours"] = round(rss_ours, 1)
     print(json.dumps(report, indent=2))
 
 

@@ -148,6 +148,11 @@ class SubwordTokenizer(tf.Module):
         self.tokenizer = tf_text.SentencepieceTokenizer(
             model=model, out_type=tf.int32, add_bos=False, add_eos=False
         )
+        # SentencePiece has CPU kernels only. tensorflow_text creates its model resource
+        # (SentencepieceOp) with no device, and a SavedModel re-creates it from that setting:
+        # set the resource's device (TrackableResource's `device`) so that a GPU server places
+        # it on the CPU too (TF Serving #2016).
+        self.tokenizer._model_resource._resource_device = "/device:CPU:0"
         self.vocab_size = int(self.tokenizer.vocab_size())
         self.model_asset = None
 

@@ -766,9 +766,20 @@ def test_tokenization_is_pinned_to_the_cpu_in_the_graph(exported):
     saved = saved_model_pb2.SavedModel()
     with open(os.path.join(path, "saved_model.pb"), "rb") as handle:
         saved.ParseFromString(handle.read())
-    graph = saved.meta_graphs[0].graph_def
-    nodes = list(graph.node) + [n for f in graph.library.function for n in f.node_def]
-    ops = ("SentencepieceTokenizeOp", "SentencepieceDetokenizeOp", "SentencepieceIdToStringOp")
+    meta = saved.meta_graphs[0]
+    graph = meta.graph_def
+    # The TF2 loader re-creates the model resource by calling its `_creator` function on the
+    # saved resource's own device (checked below); every other node carries its device.
+    functions = [f for f in graph.library.function if "_creator" not in f.signature.name]
+    nodes = list(graph.node) + [n for f in functions for n in f.node_def]
+    ops = (
+        "SentencepieceOp",  # the model resource, as TF Serving's TF1 loader creates it
+        "SentencepieceTokenizeOp",
+        "SentencepieceDetokenizeOp",
+        "SentencepieceIdToStringOp",
+    )
     found = [n for n in nodes if n.op in ops]
     assert {n.op for n in found} == set(ops)
     assert all("CPU:0" in n.device for n in found), {(n.op, n.device) for n in found}
+    resources = [n.resource for n in meta.object_graph_def.nodes if n.HasField("resource")]
+    assert resources and all("CPU:0" in r.device for r in resources), resources

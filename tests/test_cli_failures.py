@@ -248,3 +248,26 @@ def test_bad_input_fails_in_one_line(case, trained, tmp_path, multi30k_dir):
     out = run_command(argv, stdin=case.stdin, env=dict(case.env))
     assert_clean_failure(out, command_name(argv), [n.format(**fill) for n in case.names])
     assert_unchanged(before, snapshot(tmp_path, export))
+
+
+HELP_COMMANDS = [
+    ("path", "export.py"),
+    ("module", "keras_transformer.inference.translate"),
+    ("module", "keras_transformer.inference.evaluate"),
+    ("module", "keras_transformer.inference.score"),
+]
+
+
+@pytest.mark.parametrize("kind, target", HELP_COMMANDS, ids=[t for _, t in HELP_COMMANDS])
+def test_help_answers_before_tensorflow_loads(kind, target):
+    """--help (and so every flag error) comes before TensorFlow's 10-17 s import
+    (train.py's own check is in tests/training/test_args.py)."""
+    run = f"runpy.run_{kind}({target!r}, run_name='__main__')"
+    code = (
+        "import runpy, sys\n"
+        f"sys.argv = [{target!r}, '--help']\n"
+        f"try:\n    {run}\nexcept SystemExit as stop:\n    code = stop.code\n"
+        "print('EXIT', code, 'tensorflow' in sys.modules)\n"
+    )
+    out = run_command(["-c", code])
+    assert out.stdout.decode().strip().splitlines()[-1] == "EXIT 0 False", out.stderr[-2000:]

@@ -140,6 +140,11 @@ CASES = [
             "--tfds-download",
         ),
     ),
+    Case(
+        "train-loss-scale-without-float16",
+        ("train.py", "--model-dir", "{tmp}/new", "--initial-loss-scale", "1024"),
+        ("--initial-loss-scale", "--precision mixed_float16"),
+    ),
     # ---- export.py
     Case(
         "export-bad-beam",

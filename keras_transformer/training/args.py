@@ -22,6 +22,9 @@ PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 # trains SentencePiece on up to 2M sentences and counts batches first (WMT14: tens of minutes).
 WORKER_WAIT_SECONDS = 4 * 3600
 
+# Keras' LossScaleOptimizer default: the loss scale of a new mixed_float16 run.
+INITIAL_LOSS_SCALE = 2.0**15
+
 # A corpus with at least this many pairs gets the paper's recipe (WMT14: 4.5M pairs).
 LARGE_CORPUS = 1_000_000
 SMALL_CORPUS_EPOCHS = 20
@@ -61,6 +64,12 @@ class TrainArgs:
         1, "split the CPU into N logical devices (multi-device paths without GPUs)"
     )
     precision: str | None = flag(None, "dtype policy", PRECISIONS, auto="float32")
+    initial_loss_scale: float | None = flag(
+        None,
+        "float16 loss scale at step 0 (halved at every overflow, doubled after 2000 finite "
+        "steps; a resumed run continues from the saved scale)",
+        auto=f"{INITIAL_LOSS_SCALE:g}, Keras' default, with mixed_float16",
+    )
     vocab_size: int | None = flag(
         None, "joint SentencePiece vocabulary", auto="8000; 37000 for a large corpus"
     )
@@ -116,7 +125,7 @@ class TrainSettings(TrainArgs):
 # Flags that a resumed run cannot change: they define the model, its schedule or the data order.
 FIXED_ON_RESUME = (
     "preset", "src_lang", "tgt_lang", "dataset", "vocab_size", "spm_model_type", "max_length",
-    "precision",
+    "precision", "initial_loss_scale",
     "warmup_steps", "lr_scale", "dropout_rate", "label_smoothing", "steps_per_epoch", "seed",
     "batch_tokens", "accum_steps",
 )  # fmt: skip
@@ -147,6 +156,16 @@ def validate(args: TrainArgs) -> None:
         raise ConfigError(f"--lr-scale must be positive, got {args.lr_scale!r}")
     if args.epochs is not None and args.train_steps is not None:
         raise ConfigError("give --epochs or --train-steps, not both")
+    if args.initial_loss_scale is not None:
+        if not 1.0 <= args.initial_loss_scale < 2.0**100:
+            raise ConfigError(
+                f"--initial-loss-scale must be in [1, 2**100), got {args.initial_loss_scale!r}"
+            )
+        if args.precision != "mixed_float16":
+            raise ConfigError(
+                "--initial-loss-scale applies to --precision mixed_float16 only (the other "
+                "precisions scale no loss): add --precision mixed_float16 or drop it"
+            )
 
 
 def check_resume(args: TrainArgs, saved: dict, config_path: str) -> None:
@@ -198,6 +217,8 @@ def resolve(args: TrainArgs, *, num_pairs: int | None, batches_per_pass) -> Trai
         out.label_smoothing = 0.1
     if out.precision is None:
         out.precision = "float32"
+    if out.initial_loss_scale is None and out.precision == "mixed_float16":
+        out.initial_loss_scale = INITIAL_LOSS_SCALE
     if out.checkpoint_every is None:
         out.checkpoint_every = max(100, int(round(out.train_steps / 70, -2)))
     if out.eval_every is None:

@@ -16,7 +16,13 @@ from keras_transformer.model import Transformer
 from keras_transformer.optimization import paper_optimizer
 from keras_transformer.run_dir import LOG_DIR, Run
 from keras_transformer.training import callbacks as cb
-from keras_transformer.training.args import TrainArgs, TrainSettings, describe, validate
+from keras_transformer.training.args import (
+    INITIAL_LOSS_SCALE,
+    TrainArgs,
+    TrainSettings,
+    describe,
+    validate,
+)
 from keras_transformer.training.preparation import load_data, settle
 from keras_transformer.training.step import TrainingModel
 from keras_transformer.training.strategy import is_chief, make_strategy, set_precision
@@ -88,10 +94,18 @@ def train(args: TrainArgs) -> dict:
 
 
 def build_model(config: TransformerConfig, settings: TrainSettings) -> TrainingModel:
-    """The Transformer inside a TrainingModel, compiled with the paper's optimizer."""
+    """The Transformer inside a TrainingModel, compiled with the paper's optimizer (under
+    mixed_float16 inside Keras' LossScaleOptimizer, starting at `--initial-loss-scale`)."""
     model = TrainingModel(Transformer(config), accum_steps=settings.accum_steps)
+    optimizer = paper_optimizer(config.d_model, settings.warmup_steps, settings.lr_scale)
+    if settings.precision == "mixed_float16":  # what compile would wrap, with our start scale
+        optimizer = keras.optimizers.LossScaleOptimizer(
+            optimizer,
+            initial_scale=settings.initial_loss_scale or INITIAL_LOSS_SCALE,
+            name="loss_scale_optimizer",
+        )
     model.compile(
-        optimizer=paper_optimizer(config.d_model, settings.warmup_steps, settings.lr_scale),
+        optimizer=optimizer,
         loss=LabelSmoothedCrossEntropy(config.label_smoothing),
         metrics=[MaskedAccuracy()],
         jit_compile=settings.jit_compile,

@@ -56,6 +56,16 @@ def test_large_corpus_gets_the_papers_recipe():
         assert (out.dropout_rate, out.label_smoothing) == (dropout, 0.1)
 
 
+def test_the_loss_scale_starts_at_keras_default_under_float16_only():
+    def scale(**flags):
+        args = TrainArgs(steps_per_epoch=10, **flags)
+        return resolve(args, num_pairs=29_000, batches_per_pass=never).initial_loss_scale
+
+    assert scale() is None and scale(precision="mixed_bfloat16") is None
+    assert scale(precision="mixed_float16") == 2.0**15
+    assert scale(precision="mixed_float16", initial_loss_scale=2.0**30) == 2.0**30
+
+
 def test_user_values_win_over_automatic_ones():
     args = TrainArgs(warmup_steps=123, lr_scale=2.0, dropout_rate=0.0, epochs=3, steps_per_epoch=7)
     out = resolve(args, num_pairs=29_000, batches_per_pass=never)
@@ -71,6 +81,11 @@ def test_user_values_win_over_automatic_ones():
         ({"warmup_steps": 0}, r"--warmup-steps must be a positive integer, got 0"),
         ({"lr_scale": 0.0}, r"--lr-scale must be positive"),
         ({"patience": -1}, r"--patience must be >= 0"),
+        ({"initial_loss_scale": 1024.0}, r"--initial-loss-scale applies to --precision mixed_"),
+        (
+            {"initial_loss_scale": 0.5, "precision": "mixed_float16"},
+            r"--initial-loss-scale must be in \[1, 2\*\*100\), got 0\.5",
+        ),
     ],
 )
 def test_bad_values_name_the_flag(changes, message):

@@ -158,16 +158,29 @@ def test_resume_after_sigkill_is_exact(tmp_path, multi30k_dir):
     assert "already at step 40" in run_train(model_dir, multi30k_dir, *RESUME).stdout
 
 
+def checkpoint_values(path, *keys):
+    """The values of the checkpoint variables whose names contain each key, in order."""
+    reader = tf.train.load_checkpoint(path)
+    names = [n for n, _ in tf.train.list_variables(path)]
+    return [float(reader.get_tensor(next(n for n in names if key in n))) for key in keys]
+
+
 @pytest.mark.slow
 def test_resume_restores_the_loss_scale(tmp_path, multi30k_dir):
+    """A start scale of 2**30 overflows float16 gradients: the first run halves it (skipping
+    those batches) before its updates; the resumed run starts from the saved, lower scale
+    and skips nothing. Restarted from 2**30, it would skip the same batches again."""
     model_dir = tmp_path / "fp16"
-    args = ["--precision", "mixed_float16", "--steps-per-epoch", "10", "--eval-every", "100"]
+    args = ["--precision", "mixed_float16", "--initial-loss-scale", str(2**30)]
+    args += ["--steps-per-epoch", "40", "--eval-every", "100"]
     run_train(model_dir, multi30k_dir, "--train-steps", "10", *args)
-    path = Run(str(model_dir)).checkpoints()[-1]
-    names = [n for n, _ in tf.train.list_variables(path) if "dynamic_scale" in n]
-    saved = float(tf.train.load_checkpoint(path).get_tensor(names[0]))
+    first = Run(str(model_dir)).checkpoints()[-1]
+    saved, position = checkpoint_values(first, "dynamic_scale", "data_position")
+    assert saved < 2**30 and position > 10  # overflows halved the scale, skipped batches
     out = run_train(model_dir, multi30k_dir, "--train-steps", "12", *args)
     assert f"at step 10 (loss scale {saved:g})" in out.stdout
+    last = Run(str(model_dir)).checkpoints()[-1]
+    assert checkpoint_values(last, "dynamic_scale", "data_position") == [saved, position + 2]
 
 
 @pytest.mark.slow

@@ -25,6 +25,13 @@ WORKER_WAIT_SECONDS = 4 * 3600
 # Keras' LossScaleOptimizer default: the loss scale of a new mixed_float16 run.
 INITIAL_LOSS_SCALE = 2.0**15
 
+# The automatic micro-batch bound: the GiB one replica's training step on one micro-batch may
+# keep (a quarter of a 16 GB GPU such as the paper's P100s, whose 8 shared its 25000-token
+# update; the rest is left to the weights, Adam's moments, the summed gradients and TF).
+MICRO_BATCH_MEMORY_GIB = 4.0
+# The recipe's padded tokens per update (all replicas), large and small corpus.
+PAPER_UPDATE_TOKENS, SMALL_UPDATE_TOKENS = 25000, 4096
+
 # A corpus with at least this many pairs gets the paper's recipe (WMT14: 4.5M pairs).
 LARGE_CORPUS = 1_000_000
 SMALL_CORPUS_EPOCHS = 20
@@ -75,9 +82,23 @@ class TrainArgs:
     )
     spm_model_type: str = flag("bpe", "SentencePiece model type", ("bpe", "unigram"))
     batch_tokens: int | None = flag(
-        None, "padded tokens per update, all replicas", auto="4096; 25000 for a large corpus"
+        None,
+        "padded tokens per micro-batch, all replicas (an update is --accum-steps of them)",
+        auto="the recipe's tokens per update (4096; 25000 for a large corpus) split into "
+        "--accum-steps micro-batches",
     )
-    accum_steps: int = flag(1, "micro-batches per update (same update as a k-times larger batch)")
+    accum_steps: int | None = flag(
+        None,
+        "micro-batches per update (the same update as one k-times larger batch)",
+        auto="the fewest that divide the recipe's update into micro-batches within "
+        "--micro-batch-memory; 1 when --batch-tokens is given",
+    )
+    micro_batch_memory: float | None = flag(
+        None,
+        "GiB per replica that one micro-batch's training step may keep (estimated from the "
+        "vocabulary, the preset and --max-length); bounds the automatic --accum-steps",
+        auto=f"{MICRO_BATCH_MEMORY_GIB:g}",
+    )
     max_length: int = flag(128, "longest source or target in tokens; longer pairs are dropped")
     epochs: int | None = flag(None, "train for N epochs (sets --train-steps)")
     train_steps: int | None = flag(
@@ -152,6 +173,10 @@ def validate(args: TrainArgs) -> None:
         value = getattr(args, name)
         if value is not None and not 0.0 <= value < 1.0:
             raise ConfigError(f"{option(name)} must be in [0, 1), got {value!r}")
+    if args.micro_batch_memory is not None and not args.micro_batch_memory > 0:
+        raise ConfigError(
+            f"--micro-batch-memory must be a positive number of GiB, got {args.micro_batch_memory!r}"
+        )
     if args.lr_scale is not None and not args.lr_scale > 0:
         raise ConfigError(f"--lr-scale must be positive, got {args.lr_scale!r}")
     if args.epochs is not None and args.train_steps is not None:
@@ -179,7 +204,9 @@ def check_resume(args: TrainArgs, saved: dict, config_path: str) -> None:
             )
 
 
-def resolve(args: TrainArgs, *, num_pairs: int | None, batches_per_pass) -> TrainSettings:
+def resolve(
+    args: TrainArgs, *, num_pairs: int | None, batches_per_pass, replicas: int = 1
+) -> TrainSettings:
     """Fill every automatic field from the preset and the corpus size.
 
     A corpus of `LARGE_CORPUS` pairs or more (or of unknown size, as TFDS datasets are
@@ -187,13 +214,15 @@ def resolve(args: TrainArgs, *, num_pairs: int | None, batches_per_pass) -> Trai
     4000, learning rate x1, the preset's dropout, 100k steps (big: 300k). A smaller corpus
     (Multi30k: 29k pairs) gets the recipe measured in the README's quality table: 8000
     pieces, 4096-token batches, dropout at least 0.2, learning rate x0.8, 20 epochs with
-    40% of them warming up. `batches_per_pass(vocab_size, batch_tokens)` counts (or estimates) the
-    batches of one pass over the corpus; it is only called when needed.
+    40% of them warming up. An update too large for `--micro-batch-memory` on each of the
+    `replicas` is accumulated from micro-batches (`split_update`).
+    `batches_per_pass(vocab_size, update_tokens)` counts (or estimates) the batches of one
+    pass over the corpus; it is only called when needed.
     """
     large = num_pairs is None or num_pairs >= LARGE_CORPUS
     out = TrainSettings(**dataclasses.asdict(args))
     out.vocab_size = args.vocab_size or (37000 if large else 8000)
-    out.batch_tokens = args.batch_tokens or (25000 if large else 4096)
+    split_update(out, PAPER_UPDATE_TOKENS if large else SMALL_UPDATE_TOKENS, replicas)
     if out.steps_per_epoch is None:
         out.steps_per_epoch = max(
             1, batches_per_pass(out.vocab_size, out.batch_tokens * out.accum_steps)
@@ -228,6 +257,40 @@ def resolve(args: TrainArgs, *, num_pairs: int | None, batches_per_pass) -> Trai
     return out
 
 
+def step_floats_per_token(preset: str, vocab_size: int, max_length: int) -> int:
+    """Estimated float32 values that a training step keeps (for its backward pass) per padded
+    token of a micro-batch, i.e. per source and target position: 4 vocabulary-sized rows
+    (logits, smoothed targets, softmax, the logits' gradient) and, per layer, the encoder's
+    and the decoder's activations: 32 d_model-sized rows, 6 d_ff-sized rows and 9
+    heads x max_length attention rows (scores, softmax, dropout of the three attentions).
+    """
+    p = PRESETS[preset]
+    attention = p["num_heads"] * max_length
+    per_layer = 32 * p["d_model"] + 6 * p["d_ff"] + 9 * attention
+    return 4 * vocab_size + p["num_layers"] * per_layer
+
+
+def split_update(out: TrainSettings, update_tokens: int, replicas: int) -> None:
+    """Set `out.batch_tokens` (micro-batch) and `out.accum_steps` from the recipe's
+    `update_tokens` per update. User values win: --batch-tokens alone is one micro-batch per
+    update; --accum-steps k alone splits the recipe's update into k. With neither, k is the
+    fewest micro-batches that divide the update exactly and keep each replica's share under
+    --micro-batch-memory GiB (`step_floats_per_token`), so the update stays the recipe's.
+    """
+    if out.micro_batch_memory is None:
+        out.micro_batch_memory = MICRO_BATCH_MEMORY_GIB
+    if out.batch_tokens is not None:
+        out.accum_steps = out.accum_steps or 1
+        return
+    if out.accum_steps is None:
+        floats = step_floats_per_token(out.preset, out.vocab_size, out.max_length)
+        fits = max(1, int(out.micro_batch_memory * 2**30 // (4 * floats))) * replicas
+        out.accum_steps = math.ceil(update_tokens / fits)
+        while update_tokens % out.accum_steps:
+            out.accum_steps += 1
+    out.batch_tokens = math.ceil(update_tokens / out.accum_steps)
+
+
 def describe(args: TrainSettings, given: TrainArgs) -> str:
     """The resolved settings, one line each, marking those that were resolved automatically."""
     lines = []
@@ -245,5 +308,7 @@ __all__ = [
     "check_resume",
     "describe",
     "resolve",
+    "split_update",
+    "step_floats_per_token",
     "validate",
 ]

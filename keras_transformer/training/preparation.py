@@ -55,20 +55,21 @@ def load_data(args: TrainArgs):
 GAVE_UP = "worker_{}.gave_up"  # a non-chief worker that stopped waiting leaves this file
 
 
-def settle(run_dir: Run, args: TrainArgs, train, task: int | None = None):
+def settle(run_dir: Run, args: TrainArgs, train, task: int | None = None, replicas: int = 1):
     """(resolved settings, tokenizer): from config.json when resuming (refusing flags that
     would change the run), else resolved from the corpus and written by the chief.
 
     `task` is the index of a non-chief worker (None for the chief): it waits for the chief's
     config.json. One that gives up leaves a note, and the chief, finding it once its own
-    preparation is done, stops too instead of blocking in its first collective.
+    preparation is done, stops too instead of blocking in its first collective. `replicas`
+    (of the whole job) bounds the automatic micro-batch (`args.split_update`).
     """
     if task is not None:
         wait_for(run_dir.path(CONFIG_FILE), args.worker_wait, run_dir.path(GAVE_UP.format(task)))
     if run_dir.exists:
         settings, tokenizer = resumed_settings(run_dir, args), run_dir.load_tokenizer()
     else:
-        settings, tokenizer = new_settings(run_dir, args, train)
+        settings, tokenizer = new_settings(run_dir, args, train, replicas)
     if task is None:
         check_workers(run_dir)
     return settings, tokenizer
@@ -87,7 +88,7 @@ def check_workers(run_dir: Run) -> None:
         )
 
 
-def new_settings(run_dir: Run, args: TrainArgs, train):
+def new_settings(run_dir: Run, args: TrainArgs, train, replicas: int = 1):
     """Resolve the automatic settings from the corpus, train the tokenizer, write both."""
 
     tokenizers: dict[int, SubwordTokenizer] = {}
@@ -100,7 +101,9 @@ def new_settings(run_dir: Run, args: TrainArgs, train):
     def batches_per_pass(vocab_size: int, batch_tokens: int) -> int:
         return count_batches(train, tokenizer_for(vocab_size), batch_tokens, args.max_length)
 
-    settings = resolve(args, num_pairs=train.num_pairs, batches_per_pass=batches_per_pass)
+    settings = resolve(
+        args, num_pairs=train.num_pairs, batches_per_pass=batches_per_pass, replicas=replicas
+    )
     tokenizer = tokenizer_for(settings.vocab_size)
     model_config = TransformerConfig.preset(
         settings.preset,
@@ -131,6 +134,7 @@ def resumed_settings(run_dir: Run, args: TrainArgs) -> TrainSettings:
         settings.train_steps = args.epochs * settings.steps_per_epoch
     settings.epochs = None
     settings.precision = settings.precision or "float32"  # runs written before the flag
+    settings.accum_steps = settings.accum_steps or 1
     return settings
 
 

@@ -120,6 +120,11 @@ class TrainingModel(keras.Model):
         for i in range(k):  # a static loop: micro-batch i takes rows i, i+k, i+2k, ...
             rows = slice(None) if k == 1 else slice(i, None, k)
             src, tgt_in, tgt_out = source_ids[rows], target_in_ids[rows], target_out_ids[rows]
+            if summed is not None:
+                # one micro-batch at a time: this one starts after the last one's gradients,
+                # so only one micro-batch's activations are alive (the point of accumulating)
+                with tf.control_dependencies(summed):
+                    src, tgt_in, tgt_out = (tf.identity(t) for t in (src, tgt_in, tgt_out))
             with tf.GradientTape() as tape:
                 logits = self.transformer((src, tgt_in), training=True)
                 loss_sum, _ = loss_fn.sum_and_count(tgt_out, logits)

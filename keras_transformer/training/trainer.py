@@ -39,7 +39,8 @@ def train(args: TrainArgs) -> dict:
     own = shared if chief else Run(os.path.join(args.model_dir, f"worker_{_task_id(strategy)}"))
     train_data, valid = load_data(args)
     print(f"train: {train_data.report()}\nvalidation: {valid.report()}", flush=True)
-    settings, tokenizer = settle(shared, args, train_data, None if chief else _task_id(strategy))
+    task = None if chief else _task_id(strategy)
+    settings, tokenizer = settle(shared, args, train_data, task, strategy.num_replicas_in_sync)
     print(f"settings (config.json):\n{describe(settings, args)}", flush=True)
     set_precision(settings.precision)
 

@@ -9,6 +9,7 @@ from keras_transformer.training.args import (
     TrainArgs,
     check_resume,
     resolve,
+    step_floats_per_token,
     validate,
 )
 
@@ -41,6 +42,7 @@ def test_small_corpus_gets_the_multi30k_recipe():
     out = resolve(TrainArgs(), num_pairs=29_000, batches_per_pass=batches_per_pass)
     assert calls == [(8000, 4096)]
     assert (out.vocab_size, out.batch_tokens, out.steps_per_epoch) == (8000, 4096, 110)
+    assert (out.accum_steps, out.micro_batch_memory) == (1, 4.0)  # one 4096-token batch
     assert out.train_steps == 20 * 110
     assert out.warmup_steps == 900 and isinstance(out.warmup_steps, int)  # 40%, to 100
     assert (out.lr_scale, out.dropout_rate, out.label_smoothing) == (0.8, 0.2, 0.1)
@@ -51,7 +53,7 @@ def test_large_corpus_gets_the_papers_recipe():
     for preset, steps, dropout in (("base", 100_000, 0.1), ("big", 300_000, 0.3)):
         args = TrainArgs(preset=preset, steps_per_epoch=1000)
         out = resolve(args, num_pairs=4_500_000, batches_per_pass=never)
-        assert (out.vocab_size, out.batch_tokens) == (37000, 25000)
+        assert (out.vocab_size, out.batch_tokens * out.accum_steps) == (37000, 25000)
         assert (out.train_steps, out.warmup_steps, out.lr_scale) == (steps, 4000, 1.0)
         assert (out.dropout_rate, out.label_smoothing) == (dropout, 0.1)
 
@@ -64,6 +66,47 @@ def test_the_loss_scale_starts_at_keras_default_under_float16_only():
     assert scale() is None and scale(precision="mixed_bfloat16") is None
     assert scale(precision="mixed_float16") == 2.0**15
     assert scale(precision="mixed_float16", initial_loss_scale=2.0**30) == 2.0**30
+
+
+def test_a_large_vocabulary_update_is_accumulated_from_micro_batches():
+    """37000 x 25000 float32 logits are 3.7 GB per copy: the paper's update is split into
+    micro-batches that fit --micro-batch-memory on each replica, with the same tokens per
+    update (and so the same steps per pass)."""
+    calls = []
+
+    def batches_per_pass(vocab_size, update_tokens):
+        calls.append((vocab_size, update_tokens))
+        return 4500
+
+    out = resolve(TrainArgs(preset="base"), num_pairs=4_500_000, batches_per_pass=batches_per_pass)
+    assert calls == [(37000, 25000)] and out.steps_per_epoch == 4500
+    assert out.batch_tokens * out.accum_steps == 25000 and out.accum_steps > 1
+    floats = step_floats_per_token("base", 37000, 128)
+    assert out.batch_tokens * floats * 4 <= 4 * 2**30  # each micro-batch within 4 GiB
+    assert (out.batch_tokens + 1) * 4 * floats * out.accum_steps > 4 * 2**30  # the fewest
+    assert (out.accum_steps, out.batch_tokens) == (10, 2500)
+    # a smaller bound, more replicas (each holds its share), longer sentences
+    for changes, replicas, accum in (
+        ({"micro_batch_memory": 1.0}, 1, 40),
+        ({}, 8, 2),
+        ({"max_length": 256}, 1, 20),
+        ({"preset": "big"}, 1, 20),
+    ):
+        args = TrainArgs(**{"preset": "base", "steps_per_epoch": 1, **changes})
+        got = resolve(args, num_pairs=4_500_000, batches_per_pass=never, replicas=replicas)
+        assert (got.accum_steps, got.batch_tokens * got.accum_steps) == (accum, 25000), changes
+
+
+def test_user_batch_flags_win_over_the_micro_batch_bound():
+    def split(**flags):
+        args = TrainArgs(preset="base", steps_per_epoch=1, **flags)
+        out = resolve(args, num_pairs=4_500_000, batches_per_pass=never)
+        return out.batch_tokens, out.accum_steps
+
+    assert split(batch_tokens=25000) == (25000, 1)  # --batch-tokens alone: one micro-batch
+    assert split(batch_tokens=3000, accum_steps=3) == (3000, 3)
+    assert split(accum_steps=4) == (6250, 4)  # the recipe's update in 4
+    assert split(accum_steps=3) == (8334, 3)
 
 
 def test_user_values_win_over_automatic_ones():
@@ -81,6 +124,8 @@ def test_user_values_win_over_automatic_ones():
         ({"warmup_steps": 0}, r"--warmup-steps must be a positive integer, got 0"),
         ({"lr_scale": 0.0}, r"--lr-scale must be positive"),
         ({"patience": -1}, r"--patience must be >= 0"),
+        ({"micro_batch_memory": 0.0}, r"--micro-batch-memory must be a positive number of GiB"),
+        ({"accum_steps": 0}, r"--accum-steps must be a positive integer, got 0"),
         ({"initial_loss_scale": 1024.0}, r"--initial-loss-scale applies to --precision mixed_"),
         (
             {"initial_loss_scale": 0.5, "precision": "mixed_float16"},

@@ -1,6 +1,6 @@
 """WMT-scale rehearsal: train.py on a 4.5M-pair local TFDS dataset, with automatic settings.
 
-    KT_DATA_DIR=../shared/data flock -x /tmp/kt-cpu.lock python benchmarks/bench_wmt_rehearsal.py
+    KT_DATA_DIR=../shared/data python benchmarks/bench_wmt_rehearsal.py  (alone on the machine)
 
 Builds once, and keeps in --cache-dir, a TFDS dataset `kt_rehearsal` of --pairs pairs (the
 size of WMT14 en-de): Multi30k's training pairs repeated, every line ending with a unique
@@ -11,8 +11,9 @@ marker " [n]" so that no two pairs are equal. Then:
   evaluation size), stops it after its first optimizer update, and reports the resolved
   settings (config.json), the seconds from start to that update and train.py's peak RSS;
 - measures the training input pipeline (`training_batches` with the run's tokenizer and
-  batch size) in its own process, on the full dataset and on one 10x smaller: pairs/s and
-  peak RSS, which must stay flat with the corpus size.
+  tokens per update, --batch-tokens x --accum-steps) in its own process, on the full
+  dataset and on one 10x smaller: pairs/s and peak RSS, which must stay flat with the
+  corpus size.
 
 JSON on stdout.
 """
@@ -194,9 +195,11 @@ def main(argv=None) -> None:
     try:
         report["train_py"] = rehearse(big_dir, model_dir)
         settings = report["train_py"]["settings"]
+        # the training stream's batches are whole updates (split into micro-batches later)
+        update_tokens = settings["batch_tokens"] * (settings.get("accum_steps") or 1)
         for key, data_dir in (("pipeline_small", small_dir), ("pipeline", big_dir)):
             cmd = [sys.executable, __file__, "--batches", str(args.batches), "--child", data_dir,
-                   os.path.join(model_dir, "spm.model"), str(settings["batch_tokens"]),
+                   os.path.join(model_dir, "spm.model"), str(update_tokens),
                    str(settings["max_length"])]  # fmt: skip
             out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
             report[key] = json.loads(out.strip().splitlines()[-1])

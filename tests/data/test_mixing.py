@@ -9,7 +9,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer.data import SubwordTokenizer, read_parallel_files, train_sentencepiece
+from keras_transformer.data import (
+    SubwordTokenizer,
+    load_parallel,
+    read_parallel_files,
+    train_sentencepiece,
+)
 from keras_transformer.data.mixing import TAG, MixedText, quotas
 from keras_transformer.data.pipeline import stream_position
 from tests.data.test_pipeline import assert_same_batches, stream, tagged
@@ -36,6 +41,14 @@ def corpora(tmp_path_factory, multi30k_dir):
     sentences = [s for pair in pairs for s in pair]
     tokenizer = SubwordTokenizer(train_sentencepiece(sentences, 700, user_symbols=(TAG,)))
     return a, b, tokenizer
+
+
+@pytest.fixture(scope="module")
+def tfds_corpus(tmp_path_factory):
+    from tests.data import tfds_fixture
+
+    data_dir = tfds_fixture.prepare(str(tmp_path_factory.mktemp("tfds")))
+    return load_parallel(f"tfds:{tfds_fixture.NAME}", "train", "en", "de", data_dir=data_dir)
 
 
 def sources(data):
@@ -132,3 +145,24 @@ def test_mixed_training_stream_restarts_exactly(corpora, at):
     resumed, _ = stream(mix, tokenizer, start=stream_position(epoch, index))
     got = [batch for _, _, batch in tagged(resumed.take(6))]
     assert_same_batches(got, [batch for _, _, batch in batches[k : k + 6]])
+
+
+def test_a_tfds_corpus_in_a_mix_is_counted_before_its_empty_pairs_are_dropped(corpora, tfds_corpus):
+    """TFDS corpus (1200 pairs, 171 with an empty side) mixed 1:1 with a file corpus: the
+    quotas count every pair (mixed passes of exactly 1800 draws), empty pairs are dropped
+    after the choice, and the TFDS stream's first 1029 kept pairs are its whole first pass."""
+    from tests.data.tfds_fixture import sentence_pairs
+
+    a, _, _ = corpora
+    mix = MixedText([tfds_corpus, a], [1, 1])
+    assert mix.quotas == [900, 900] and mix.num_pairs == 1800
+    in_a = set(sources(a.dataset))
+    drawn = [
+        (s.decode("utf-8"), t.decode("utf-8"))
+        for e in range(2)
+        for s, t in mix.epoch(seed=0, epoch=e).as_numpy_iterator()
+    ]
+    from_tfds = [pair for pair in drawn if pair[0] not in in_a]
+    assert len(drawn) - len(from_tfds) == 1800 and all(s and t for s, t in from_tfds)
+    kept = [(en, de) for en, de in sentence_pairs("train", 1200) if de]
+    assert collections.Counter(from_tfds[: len(kept)]) == collections.Counter(kept)

@@ -43,9 +43,10 @@ def write_files(files: dict):
 TWO_LINES_ONE_PREFIX = write_files({"in.txt": "A dog.\nA cat.\n", "prefix.txt": "Ein\n"})
 
 
-def other_model(run_dir):
+def other_model(run_dir, **training):
     """The run's config.json describes another model (a wider one) than its checkpoint, as
-    after an upgrade that changed the layout, with complete training settings."""
+    after an upgrade that changed the layout, with complete training settings (`training`
+    overrides some)."""
     from keras_transformer.training.args import TrainArgs
 
     config = json.loads((run_dir / "config.json").read_text())
@@ -55,7 +56,7 @@ def other_model(run_dir):
             preset="tiny", vocab_size=config["model"]["vocab_size"], batch_tokens=512,
             train_steps=10, steps_per_epoch=5, checkpoint_every=5, eval_every=5,
             eval_sentences=4, warmup_steps=10, lr_scale=1.0, dropout_rate=0.1,
-            label_smoothing=0.1, precision="float32",
+            label_smoothing=0.1, precision="float32", **training,
         )
     )  # fmt: skip
     (run_dir / "config.json").write_text(json.dumps(config))
@@ -144,6 +145,81 @@ CASES = [
         "train-loss-scale-without-float16",
         ("train.py", "--model-dir", "{tmp}/new", "--initial-loss-scale", "1024"),
         ("--initial-loss-scale", "--precision mixed_float16"),
+    ),
+    # several training corpora, subword regularization
+    Case(
+        "train-corpora-target-list-shorter",
+        ("train.py", "--model-dir", "{tmp}/new", "--dataset", "files",
+         "--train-src", "{tmp}/a.en,{tmp}/b.en", "--train-tgt", "{tmp}/a.de"),
+        ("--train-tgt lists 1 files and --train-src 2",),
+    ),
+    Case(
+        "train-corpora-weights-count",
+        ("train.py", "--model-dir", "{tmp}/new", "--dataset", "files",
+         "--train-src", "{tmp}/a.en,{tmp}/b.en", "--train-tgt", "{tmp}/a.de,{tmp}/b.de",
+         "--train-weights", "3,1,1"),
+        ("--train-weights has 3 weights for 2 training corpora",),
+    ),
+    Case(
+        "train-corpora-weight-not-positive",
+        ("train.py", "--model-dir", "{tmp}/new", "--dataset", "multi30k,files",
+         "--train-src", "{tmp}/a.en", "--train-tgt", "{tmp}/a.de", "--train-weights", "1,-2"),
+        ("--train-weights", "'-2' is not a positive number"),
+    ),
+    Case(
+        "train-corpora-weight-not-a-number",
+        ("train.py", "--model-dir", "{tmp}/new", "--dataset", "multi30k,files",
+         "--train-src", "{tmp}/a.en", "--train-tgt", "{tmp}/a.de", "--train-weights", "1,x"),
+        ("--train-weights", "'x' is not a positive number"),
+    ),
+    Case(
+        "train-corpora-weights-for-one-corpus",
+        ("train.py", "--model-dir", "{tmp}/new", "--train-weights", "2"),
+        ("--train-weights needs several training corpora",),
+    ),
+    Case(
+        "train-corpora-tag-out-of-range",
+        ("train.py", "--model-dir", "{tmp}/new", "--dataset", "multi30k,files",
+         "--train-src", "{tmp}/a.en", "--train-tgt", "{tmp}/a.de", "--tag-corpus", "3"),
+        ("--tag-corpus", "'3'", "2 training corpora"),
+    ),
+    Case(
+        "train-corpora-files-twice",
+        ("train.py", "--model-dir", "{tmp}/new", "--dataset", "files,files"),
+        ("--dataset 'files,files' lists files twice",),
+    ),
+    Case(
+        "train-corpora-empty-item",
+        ("train.py", "--model-dir", "{tmp}/new", "--dataset", "multi30k,"),
+        ("--dataset 'multi30k,' has an empty item",),
+    ),
+    Case(
+        "train-corpora-second-file-missing",
+        ("train.py", "--model-dir", "{tmp}/new", "--data-dir", "{data}", "--dataset",
+         "multi30k,files", "--train-src", "{tmp}/a.en", "--train-tgt", "{tmp}/no.de"),
+        ("file not found", "{tmp}/no.de"),
+        setup=write("a.en", "A dog.\n"),
+    ),
+    Case(
+        "train-subword-alpha-negative",
+        ("train.py", "--model-dir", "{tmp}/new", "--subword-alpha", "-0.1"),
+        ("--subword-alpha must be >= 0", "-0.1"),
+    ),
+    Case(
+        "train-subword-alpha-bpe-probability",
+        ("train.py", "--model-dir", "{tmp}/new", "--subword-alpha", "1.5"),
+        ("--subword-alpha 1.5", "--spm-model-type bpe", "[0, 1)"),
+    ),
+    Case(
+        "train-tag-without-tag-symbol-on-resume",
+        ("train.py", "--model-dir", "{run}", "--data-dir", "{data}", "--preset", "tiny",
+         "--dataset", "multi30k,files", "--train-src", "{tmp}/a.en", "--train-tgt",
+         "{tmp}/a.de", "--tag-corpus", "2"),
+        ("--tag-corpus 2", "no <BT> symbol", "new --model-dir"),
+        setup=lambda tmp: (
+            write_files({"a.en": "A dog.\n", "a.de": "Ein Hund.\n"})(tmp),
+            other_model(tmp / "run", dataset="multi30k,files", tag_corpus="2"),
+        ),
     ),
     # ---- export.py
     Case(

@@ -19,6 +19,7 @@ from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.errors import KerasTransformerError
 
 TOKENIZE_BATCH = 512
+SUBWORD_SALT = 0x737562  # separates the segmentation sampling's seed from the shuffle's
 
 
 class PipelineError(KerasTransformerError, ValueError):
@@ -49,22 +50,33 @@ class PipelineStats:
     )
 
 
-def tokenize_pairs(pairs: tf.data.Dataset, tokenizer: SubwordTokenizer) -> tf.data.Dataset:
-    """(src str, tgt str) -> (src ids + eos, bos + tgt ids + eos), int32 1-D each."""
+def tokenize_pairs(
+    pairs: tf.data.Dataset, tokenizer: SubwordTokenizer, subword=None, seed=None
+) -> tf.data.Dataset:
+    """(src str, tgt str) -> (src ids + eos, bos + tgt ids + eos), int32 1-D each.
 
-    def encode(src, tgt):
-        src_ids = tokenizer.tokenize(src)
-        tgt_ids = tokenizer.tokenize(tgt)
+    With `subword` (a `data.subword.SubwordSampler`), each side's segmentation is sampled
+    with a seed drawn from `seed` ((2,) int64) and the index of the tokenization batch, so
+    it depends only on (`seed`, the order of `pairs`)."""
+
+    def encode(src, tgt, call=None):
+        if subword is None:
+            src_ids, tgt_ids = tokenizer.tokenize(src), tokenizer.tokenize(tgt)
+        else:
+            call_seed = tf.random.experimental.stateless_fold_in(seed, call)
+            src_ids, tgt_ids = (
+                subword(text, tf.random.experimental.stateless_fold_in(call_seed, side))
+                for side, text in enumerate((src, tgt))
+            )
         n = tf.shape(src)[0]
         eos = tf.fill([n, 1], EOS_ID)
         bos = tf.fill([n, 1], BOS_ID)
         return tf.concat([src_ids, eos], axis=1), tf.concat([bos, tgt_ids, eos], axis=1)
 
-    return (
-        pairs.batch(TOKENIZE_BATCH)
-        .map(encode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-        .unbatch()
-    )
+    batches = pairs.batch(TOKENIZE_BATCH)
+    if subword is not None:
+        batches = batches.enumerate().map(lambda call, pair: (*pair, call))
+    return batches.map(encode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).unbatch()
 
 
 def check_batch_settings(batch_tokens, max_length) -> None:
@@ -93,6 +105,7 @@ def make_batches(
     stats: PipelineStats | None = None,
     epoch: int | tf.Tensor | None = None,
     prefetch: bool = True,
+    subword=None,
 ) -> tf.data.Dataset:
     """Token-budget batches: every batch has rows x padded length <= `batch_tokens`.
 
@@ -104,6 +117,9 @@ def make_batches(
     the returned dataset. With `epoch` (an int, or a scalar tensor inside
     `Dataset.flat_map`), the order depends only on (`seed`, `epoch`): the same on every
     iteration, different from one epoch to the next.
+
+    `subword` (a `data.subword.SubwordSampler`, training only) samples every sentence's
+    segmentation, from (`seed`, `epoch`) and the sentence's place in `pairs`.
     """
     check_batch_settings(batch_tokens, max_length)
     boundaries = boundaries or bucket_boundaries(max_length)
@@ -118,7 +134,15 @@ def make_batches(
         with tf.control_dependencies([counter]):
             return tf.identity(ok)
 
-    data = tokenize_pairs(pairs, tokenizer).map(split).filter(fits)
+    sample_seed = None
+    if subword is not None:
+        sample_seed = tf.random.experimental.stateless_fold_in(
+            tf.stack(
+                [tf.constant(seed, tf.int64), tf.cast(0 if epoch is None else epoch, tf.int64)]
+            ),
+            SUBWORD_SALT,
+        )
+    data = tokenize_pairs(pairs, tokenizer, subword, sample_seed).map(split).filter(fits)
     if shuffle and epoch is None:
         data = data.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
     elif shuffle:
@@ -193,7 +217,8 @@ def training_batches(
     its pass: earlier passes are not read again, and the batches of the same pass before
     it are rebuilt from the pass's start (the shuffle buffer's state depends on them) but
     never trained on. Other keyword arguments go to `make_batches` (shuffle_buffer,
-    boundaries).
+    boundaries, subword: sampled segmentations, drawn from (`seed`, pass), so they too are
+    the same when a pass is rebuilt).
     """
     if not isinstance(start, int) or isinstance(start, bool) or start < 0:
         raise PipelineError(f"start must be a stream position >= 0, got {start!r}")

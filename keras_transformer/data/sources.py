@@ -42,19 +42,22 @@ class ParallelText:
     pieces: list[tf.data.Dataset] | None = None
     piece_sizes: list[int] | None = None
     keep: Callable[[tf.data.Dataset], tf.data.Dataset] | None = None
+    # `dataset` before `keep`: every one of the `num_pairs` pairs (a mixture counts them)
+    unfiltered: tf.data.Dataset | None = None
 
-    def epoch(self, seed: int, epoch: int | tf.Tensor) -> tf.data.Dataset:
+    def epoch(self, seed: int, epoch: int | tf.Tensor, filtered: bool = True) -> tf.data.Dataset:
         """Every pair once, in the order of pass `epoch`: the pieces interleaved at random
-        (stateless, from `seed` and `epoch`), each read front to back."""
+        (stateless, from `seed` and `epoch`), each read front to back. With `filtered`
+        False, `keep` is not applied: exactly `num_pairs` pairs."""
         if not self.pieces:
-            return self.dataset
+            return self.dataset if filtered or self.unfiltered is None else self.unfiltered
         choice = tf.repeat(tf.range(len(self.pieces), dtype=tf.int64), self.piece_sizes)
         pass_seed = tf.stack([tf.constant(seed, tf.int64), tf.cast(epoch, tf.int64)])
         order = tf.random.experimental.stateless_shuffle(choice, seed=pass_seed)
         pairs = tf.data.Dataset.choose_from_datasets(
             self.pieces, tf.data.Dataset.from_tensor_slices(order), stop_on_empty_dataset=False
         )
-        return self.keep(pairs) if self.keep else pairs
+        return self.keep(pairs) if self.keep and filtered else pairs
 
     def report(self) -> str:
         parts = [self.description]
@@ -301,6 +304,7 @@ def tfds_translation(
         pieces=parts,
         piece_sizes=sizes if parts else None,
         keep=_drop_empty,
+        unfiltered=read(split),
     )
 
 

@@ -41,6 +41,7 @@ def train_sentencepiece(
     model_type: str = "bpe",
     max_sentences: int = 2_000_000,
     seed: int = 0,
+    user_symbols: tuple[str, ...] = (),
 ) -> bytes:
     """Train one SentencePiece model on `sentences` (both languages) and return its proto.
 
@@ -51,7 +52,9 @@ def train_sentencepiece(
     the same vocabulary.)
     Fixed ids: pad 0, unk 1, bos 2, eos 3, then the 256 byte pieces (byte fallback: a
     character absent from the training text is spelled in UTF-8 bytes, so `<unk>` never
-    occurs), then every character of the training text, then the merges.
+    occurs), then every character of the training text, then the merges. `user_symbols`
+    (e.g. a corpus tag, `data.mixing.TAG`) are reserved pieces, always one id each, placed
+    right after eos (ids 4, 5, ...; the byte pieces then follow them).
 
     What round-trips through tokenize -> detokenize: text already in NFKC normal form with
     single spaces between words and none at the ends. SentencePiece's default normalization
@@ -66,7 +69,7 @@ def train_sentencepiece(
 
     if model_type not in MODEL_TYPES:
         raise TokenizerError(f"--spm-model-type must be one of {MODEL_TYPES}, got {model_type!r}")
-    minimum = NUM_SPECIAL + NUM_BYTE_PIECES + 1
+    minimum = NUM_SPECIAL + len(user_symbols) + NUM_BYTE_PIECES + 1
     if not isinstance(vocab_size, int) or vocab_size < minimum:
         raise TokenizerError(
             f"--vocab-size must be at least {minimum} ({NUM_SPECIAL} special pieces, "
@@ -95,6 +98,7 @@ def train_sentencepiece(
             eos_piece="</s>",
             num_threads=os.cpu_count() or 1,
             minloglevel=2,
+            **({"user_defined_symbols": list(user_symbols)} if user_symbols else {}),
         )
     except RuntimeError as err:
         too_many = re.search(r"Vocabulary size too high \(\d+\).*<= (\d+)", str(err))

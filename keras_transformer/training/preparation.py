@@ -13,13 +13,15 @@ import math
 import os
 import time
 
-from keras_transformer.config import TransformerConfig
+from keras_transformer.config import UNK_ID, TransformerConfig
 from keras_transformer.data import (
     SubwordTokenizer,
     load_parallel,
     make_batches,
     train_sentencepiece,
 )
+from keras_transformer.data.mixing import TAG, MixedText
+from keras_transformer.data.subword import SubwordSampler
 from keras_transformer.data.tokenizer import TooManyPieces
 from keras_transformer.files import write_atomic
 from keras_transformer.run_dir import CONFIG_FILE, Run
@@ -28,28 +30,43 @@ from keras_transformer.training.args import (
     TrainArgs,
     TrainSettings,
     check_resume,
+    corpus_weights,
     resolve,
+    tagged_corpora,
+    training_corpora,
 )
 
 
 def load_data(args: TrainArgs):
-    """(train, validation) ParallelText from the --dataset flags."""
-    files = {
-        "train": (args.train_src, args.train_tgt),
-        "validation": (args.valid_src, args.valid_tgt),
-    }
-    return tuple(
-        load_parallel(
-            args.dataset,
+    """(train, validation) from the --dataset flags: train a ParallelText, or a MixedText of
+    several corpora; validation the first corpus's."""
+
+    def load(kind: str, split: str, files):
+        return load_parallel(
+            kind,
             split,
             args.src_lang,
             args.tgt_lang,
             data_dir=args.data_dir,
-            files=files[split],
+            files=files,
             tfds_download=args.tfds_download,
         )
-        for split in ("train", "validation")
-    )
+
+    corpora = training_corpora(args)
+    train = [load(kind, "train", files) for kind, files in corpora]
+    valid = load(corpora[0][0], "validation", (args.valid_src, args.valid_tgt))
+    if len(train) == 1:
+        return train[0], valid
+    return MixedText(train, corpus_weights(args), tagged_corpora(args)), valid
+
+
+def check_tag_symbol(tokenizer: SubwordTokenizer, settings: TrainSettings) -> None:
+    """A run with tagged corpora needs the tag as a reserved piece of its tokenizer."""
+    if settings.tag_corpus and int(tokenizer.tokenizer.string_to_id(TAG)) == UNK_ID:
+        raise ConfigError(
+            f"--tag-corpus {settings.tag_corpus}: the SentencePiece model of this run has no "
+            f"{TAG} symbol (it was trained without --tag-corpus); use a new --model-dir"
+        )
 
 
 GAVE_UP = "worker_{}.gave_up"  # a non-chief worker that stopped waiting leaves this file
@@ -99,7 +116,9 @@ def new_settings(run_dir: Run, args: TrainArgs, train, replicas: int = 1):
         return tokenizers[vocab_size]
 
     def batches_per_pass(vocab_size: int, batch_tokens: int) -> int:
-        return count_batches(train, tokenizer_for(vocab_size), batch_tokens, args.max_length)
+        tokenizer = tokenizer_for(vocab_size)
+        subword = subword_sampler(tokenizer, args.subword_alpha)
+        return count_batches(train, tokenizer, batch_tokens, args.max_length, subword=subword)
 
     settings = resolve(
         args, num_pairs=train.num_pairs, batches_per_pass=batches_per_pass, replicas=replicas
@@ -147,7 +166,11 @@ def train_tokenizer(train, vocab_size: int, args: TrainArgs) -> SubwordTokenizer
     print(f"training a {vocab_size}-piece {args.spm_model_type} SentencePiece model", flush=True)
     try:
         proto = train_sentencepiece(
-            sentences(), vocab_size, model_type=args.spm_model_type, seed=args.seed
+            sentences(),
+            vocab_size,
+            model_type=args.spm_model_type,
+            seed=args.seed,
+            user_symbols=(TAG,) if args.tag_corpus else (),
         )
     except TooManyPieces as err:
         if args.vocab_size is not None:
@@ -159,14 +182,25 @@ def train_tokenizer(train, vocab_size: int, args: TrainArgs) -> SubwordTokenizer
     return SubwordTokenizer(proto)
 
 
-def count_batches(train, tokenizer, batch_tokens: int, max_length: int, sample: int = 20_000):
-    """Batches in one pass over the corpus: counted on up to `sample` pairs, then scaled."""
+def subword_sampler(tokenizer: SubwordTokenizer, alpha: float | None) -> SubwordSampler | None:
+    """The training sentences' segmentation sampler of --subword-alpha (None: off)."""
+    return SubwordSampler(tokenizer, alpha) if alpha else None
+
+
+def count_batches(
+    train, tokenizer, batch_tokens: int, max_length: int, sample: int = 20_000, subword=None
+):
+    """Batches in one pass over the corpus: counted on up to `sample` pairs, then scaled.
+    (A MixedText: its first mixed pass, tags included; with `subword`, sampled as in
+    training: longer.)"""
+    pairs = train.epoch(0, 0) if isinstance(train, MixedText) else train.dataset
     batches = make_batches(
-        train.dataset.take(sample),
+        pairs.take(sample),
         tokenizer,
         batch_tokens=batch_tokens,
         max_length=max_length,
         shuffle=False,
+        subword=subword,
     )
     counted = int(batches.reduce(0, lambda n, _: n + 1))
     if train.num_pairs <= sample:
@@ -190,4 +224,13 @@ def wait_for(path: str, timeout: float, gave_up: str) -> None:
         time.sleep(1.0)
 
 
-__all__ = ["check_workers", "count_batches", "load_data", "settle", "train_tokenizer", "wait_for"]
+__all__ = [
+    "check_tag_symbol",
+    "check_workers",
+    "count_batches",
+    "load_data",
+    "settle",
+    "subword_sampler",
+    "train_tokenizer",
+    "wait_for",
+]

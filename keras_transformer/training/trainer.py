@@ -23,7 +23,12 @@ from keras_transformer.training.args import (
     describe,
     validate,
 )
-from keras_transformer.training.preparation import load_data, settle
+from keras_transformer.training.preparation import (
+    check_tag_symbol,
+    load_data,
+    settle,
+    subword_sampler,
+)
 from keras_transformer.training.step import TrainingModel
 from keras_transformer.training.strategy import is_chief, make_strategy, set_precision
 from keras_transformer.training.summary import summarize
@@ -42,6 +47,7 @@ def train(args: TrainArgs) -> dict:
     task = None if chief else _task_id(strategy)
     settings, tokenizer = settle(shared, args, train_data, task, strategy.num_replicas_in_sync)
     print(f"settings (config.json):\n{describe(settings, args)}", flush=True)
+    check_tag_symbol(tokenizer, settings)
     set_precision(settings.precision)
 
     with strategy.scope():
@@ -66,6 +72,7 @@ def train(args: TrainArgs) -> dict:
         return summarize(shared, settings, model, bleu)
 
     stats = PipelineStats()
+    subword = subword_sampler(tokenizer, settings.subword_alpha)  # training sentences only
 
     def data_from(start: int) -> tf.data.Dataset:
         return training_batches(
@@ -77,6 +84,7 @@ def train(args: TrainArgs) -> dict:
             start=start,
             stats=stats,
             positions=True,  # TrainingModel keeps the stream position of the next batch
+            subword=subword,
         )
 
     valid_batches = validation_batches(valid, tokenizer, settings)

@@ -173,3 +173,31 @@ def test_flags_are_parsed_and_checked_before_tensorflow_loads(argv, status):
         env={**os.environ, "PYTHONPATH": root},
     )
     assert out.stdout.strip().splitlines()[-1] == f"EXIT {status} False False", out.stderr
+
+
+def test_several_training_corpora_from_the_lists():
+    """files stands for every --train-src/--train-tgt pair, in the place it has in
+    --dataset; weights and tags follow that order."""
+    from keras_transformer.training.args import corpus_weights, tagged_corpora, training_corpora
+
+    args = train.parse_args(
+        ["--dataset", "multi30k,files", "--train-src", "a.en, b.en", "--train-tgt", "a.de,b.de",
+         "--train-weights", "4,1,0.5", "--tag-corpus", "3,2", "--subword-alpha", "0.1"]
+    )  # fmt: skip
+    validate(args)
+    assert training_corpora(args) == [
+        ("multi30k", None), ("files", ("a.en", "a.de")), ("files", ("b.en", "b.de")),
+    ]  # fmt: skip
+    assert corpus_weights(args) == [4.0, 1.0, 0.5] and tagged_corpora(args) == (1, 2)
+    assert args.subword_alpha == 0.1
+    plain = train.parse_args(["--dataset", "files", "--train-src", "a.en", "--train-tgt", "a.de"])
+    assert training_corpora(plain) == [("files", ("a.en", "a.de"))]
+    assert corpus_weights(plain) is None and tagged_corpora(plain) == ()
+
+
+def test_mix_and_sampling_flags_are_fixed_on_resume():
+    saved = dataclasses.asdict(TrainArgs(train_weights="3,1", tag_corpus="2", subword_alpha=0.1))
+    check_resume(TrainArgs(), saved, "config.json")  # not given: kept from config.json
+    for name, value in (("train_weights", "1,1"), ("tag_corpus", "1"), ("subword_alpha", 0.2)):
+        with pytest.raises(ConfigError, match=f"--{name.replace('_', '-')} {value} differs"):
+            check_resume(TrainArgs(**{name: value}), saved, "config.json")

@@ -100,18 +100,33 @@ def tensorboard_steps(run_dir, tag="loss"):
     return [event.step for event in accumulator.Tensors(tag)]
 
 
+def two_corpora(multi30k_dir):
+    """Multi30k and (as a second, tagged corpus) its validation files, mixed 3:1: the
+    second corpus is read 7.5 times per epoch, so both stand mid-pass at most steps; with
+    BPE-dropout on the training sentences."""
+    val = [os.path.join(multi30k_dir, f"val.{lang}.gz") for lang in ("en", "de")]
+    return [
+        "--dataset", "multi30k,files", "--train-src", val[0], "--train-tgt", val[1],
+        "--train-weights", "3,1", "--tag-corpus", "2", "--subword-alpha", "0.1",
+    ]  # fmt: skip
+
+
 @pytest.mark.slow
-def test_resume_after_sigkill_is_exact(tmp_path, multi30k_dir):
-    """Killed mid-epoch and started again == left alone: weights, best/, BLEU history."""
+@pytest.mark.parametrize("corpora", ["one", "two"])
+def test_resume_after_sigkill_is_exact(tmp_path, multi30k_dir, corpora):
+    """Killed mid-epoch and started again == left alone: weights, best/, BLEU history;
+    with one corpus, and with two mixed 3:1 (one of them tagged) and subword sampling."""
     alone = tmp_path / "alone"
-    out = run_train(alone, multi30k_dir, *RESUME)
+    flags = RESUME + (two_corpora(multi30k_dir) if corpora == "two" else [])
+    out = run_train(alone, multi30k_dir, *flags)
     assert "training ended at step 40 of 40" in out.stdout
+    assert corpora == "one" or "2 corpora" in out.stdout and "tagged <BT>" in out.stdout
     assert "ran out of data" not in out.stderr  # Keras stops after the last validation batch
     assert f"python export.py --model-dir {alone} --export-dir exports" in out.stdout
 
     model_dir = tmp_path / "killed"
     proc = subprocess.Popen(
-        train_cmd(model_dir, multi30k_dir, *RESUME),
+        train_cmd(model_dir, multi30k_dir, *flags),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         cwd=ROOT,
@@ -124,7 +139,7 @@ def test_resume_after_sigkill_is_exact(tmp_path, multi30k_dir):
     config = Run(str(model_dir)).read_config()["training"]
     assert config["warmup_steps"] == 10 and config["steps_per_epoch"] == 15
 
-    out = run_train(model_dir, multi30k_dir, *RESUME)
+    out = run_train(model_dir, multi30k_dir, *flags)
     assert f"at step {killed_at}" in out.stdout
     path, resumed = final_weights(model_dir)
     alone_path, reference = final_weights(alone)
@@ -155,7 +170,7 @@ def test_resume_after_sigkill_is_exact(tmp_path, multi30k_dir):
     assert {"step", "epoch", "loss"} <= set(records[0]) and any("val_loss" in r for r in records)
     assert os.listdir(model_dir / LOG_DIR)  # TensorBoard logs
     # asking again for the same step count does nothing
-    assert "already at step 40" in run_train(model_dir, multi30k_dir, *RESUME).stdout
+    assert "already at step 40" in run_train(model_dir, multi30k_dir, *flags).stdout
 
 
 def checkpoint_values(path, *keys):

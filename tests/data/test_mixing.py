@@ -1,0 +1,168 @@
+"""Several training corpora with weights: quotas, each corpus's own passes, the mix's
+proportions (statistically), tags, and an exact restart of the mixed training stream."""
+
+import collections
+import gzip
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_transformer.data import (
+    SubwordTokenizer,
+    load_parallel,
+    read_parallel_files,
+    train_sentencepiece,
+)
+from keras_transformer.data.mixing import TAG, MixedText, quotas
+from keras_transformer.data.pipeline import stream_position
+from tests.data.test_pipeline import assert_same_batches, stream, tagged
+
+
+def write_corpus(folder, name, lines):
+    (folder / f"{name}.en").write_text("".join(f"{s}\n" for s, _ in lines), encoding="utf-8")
+    (folder / f"{name}.de").write_text("".join(f"{t}\n" for _, t in lines), encoding="utf-8")
+    return read_parallel_files(str(folder / f"{name}.en"), str(folder / f"{name}.de"))
+
+
+@pytest.fixture(scope="module")
+def corpora(tmp_path_factory, multi30k_dir):
+    """Two file corpora cut from Multi30k's validation set (600 and 414 pairs) and a
+    SentencePiece model with the tag symbol, trained on them."""
+
+    def read(name):
+        with gzip.open(os.path.join(multi30k_dir, name), "rt", encoding="utf-8") as handle:
+            return [line.strip() for line in handle]
+
+    pairs = list(zip(read("val.en.gz"), read("val.de.gz")))
+    folder = tmp_path_factory.mktemp("mix")
+    a, b = write_corpus(folder, "a", pairs[:600]), write_corpus(folder, "b", pairs[600:])
+    sentences = [s for pair in pairs for s in pair]
+    tokenizer = SubwordTokenizer(train_sentencepiece(sentences, 700, user_symbols=(TAG,)))
+    return a, b, tokenizer
+
+
+@pytest.fixture(scope="module")
+def tfds_corpus(tmp_path_factory):
+    from tests.data import tfds_fixture
+
+    data_dir = tfds_fixture.prepare(str(tmp_path_factory.mktemp("tfds")))
+    return load_parallel(f"tfds:{tfds_fixture.NAME}", "train", "en", "de", data_dir=data_dir)
+
+
+def sources(data):
+    return [s.decode("utf-8") for s, _ in data.as_numpy_iterator()]
+
+
+def test_quotas_follow_the_weights_and_fill_the_pass():
+    assert quotas([600, 414], [3, 1]) == [761, 253]  # 1014 * 3/4 = 760.5: largest remainder
+    assert quotas([600, 414], [600, 414]) == [600, 414]
+    assert quotas([10, 10, 10], [1, 1, 1]) == [10, 10, 10]
+    assert quotas([1000, 5], [1, 0.0001]) == [1004, 1]  # every corpus is drawn from
+
+
+def test_each_corpus_is_read_in_full_passes_of_its_own(corpora):
+    """Three mixed passes at weights 1:3: corpus b (414 pairs) is drawn 760 times per
+    mixed pass, so its stream crosses pass boundaries mid-pass; cut at every 414 pairs it
+    is the whole corpus each time, in a new order each time."""
+    a, b, _ = corpora
+    mix = MixedText([a, b], [1, 3])
+    assert mix.quotas == [254, 760] and mix.num_pairs == 1014
+    names = {s: "a" for s in sources(a.dataset)} | {s: "b" for s in sources(b.dataset)}
+    drawn = {"a": [], "b": []}
+    for e in range(3):
+        got = sources(mix.epoch(seed=4, epoch=e))
+        counts = collections.Counter(names[s] for s in got)
+        assert counts == {"a": 254, "b": 760}  # exactly the quotas in every mixed pass
+        for s in got:
+            drawn[names[s]].append(s)
+    for name, corpus in (("a", a), ("b", b)):
+        whole, n = sorted(sources(corpus.dataset)), corpus.num_pairs
+        full = [drawn[name][i : i + n] for i in range(0, len(drawn[name]) - n + 1, n)]
+        assert len(full) >= 1 + (name == "b") * 4
+        for one in full:
+            assert sorted(one) == whole
+        assert len({tuple(one) for one in full}) == len(full)  # each pass its own order
+
+
+def test_the_mix_follows_the_weights_throughout_a_pass(corpora):
+    """In every window of 100 pairs the share of corpus a is what drawing without
+    replacement from the pass's quotas gives: a chi-square test over the windows (and
+    the pass is not cut into runs of one corpus)."""
+    a, b, _ = corpora
+    mix = MixedText([a, b], [3, 1])
+    in_a = set(sources(a.dataset))
+    flags = np.array([s in in_a for s in sources(mix.epoch(seed=1, epoch=0))])
+    n, k, window = len(flags), mix.quotas[0], 100
+    windows = flags[: n // window * window].reshape(-1, window).sum(axis=1)
+    mean = window * k / n
+    var = window * (k / n) * (1 - k / n) * (n - window) / (n - 1)  # hypergeometric
+    chi2 = float(np.sum((windows - mean) ** 2 / var))
+    assert len(windows) == 10
+    assert chi2 < 29.588, (chi2, windows)  # the chi-square(10 dof) 99.9% quantile
+    longest = max(len(run) for run in "".join("ab"[int(not f)] for f in flags).split("a"))
+    assert longest < 15  # a b-run this long has probability ~ (1/4)^15 per position
+
+
+def test_a_mixed_pass_depends_on_seed_and_epoch_only(corpora):
+    a, b, _ = corpora
+    first = sources(MixedText([a, b], [3, 1]).epoch(seed=2, epoch=1))
+    assert sources(MixedText([a, b], [3, 1]).epoch(seed=2, epoch=1)) == first
+    assert sources(MixedText([a, b], [3, 1]).epoch(seed=2, epoch=2)) != first
+    assert sources(MixedText([a, b], [3, 1]).epoch(seed=3, epoch=1)) != first
+
+
+def test_a_tagged_corpus_has_the_tag_as_one_id_before_its_sources(corpora):
+    a, b, tokenizer = corpora
+    mix = MixedText([a, b], tagged=(1,))
+    in_b = set(sources(b.dataset))
+    tag_id = int(tokenizer.tokenizer.string_to_id(TAG))
+    assert tag_id == 4  # the first id after pad, unk, bos, eos
+    for src, tgt in mix.epoch(seed=0, epoch=0).take(300).as_numpy_iterator():
+        src, tgt = src.decode("utf-8"), tgt.decode("utf-8")
+        is_b = src.startswith(TAG + " ")
+        assert is_b == (src[len(TAG) + 1 :] in in_b) and TAG not in tgt
+        ids = tokenizer.tokenize(tf.constant([src]))[0].numpy().tolist()
+        plain = tokenizer.tokenize(tf.constant([src.removeprefix(TAG + " ")]))[0]
+        assert ids.count(tag_id) == int(is_b)
+        if is_b:  # "▁", <BT>, then the untagged sentence's ids
+            assert ids[1] == tag_id and ids[2:] == plain.numpy().tolist()
+
+
+@pytest.mark.parametrize("at", ["inside", "next_pass"])
+def test_mixed_training_stream_restarts_exactly(corpora, at):
+    """The stream of a 3:1 mix, started at a batch's position (inside mixed pass 0 and
+    inside pass 1, where both corpora stand mid-pass), is the uninterrupted stream."""
+    a, b, tokenizer = corpora
+    mix = MixedText([a, b], [3, 1], tagged=(1,))
+    full, _ = stream(mix, tokenizer)
+    batches = tagged(full.take(120))
+    first_pass = sum(1 for epoch, _, _ in batches if epoch == 0)
+    assert first_pass < 100
+    k = {"inside": 5, "next_pass": first_pass + 3}[at]
+    epoch, index, _ = batches[k]
+    resumed, _ = stream(mix, tokenizer, start=stream_position(epoch, index))
+    got = [batch for _, _, batch in tagged(resumed.take(6))]
+    assert_same_batches(got, [batch for _, _, batch in batches[k : k + 6]])
+
+
+def test_a_tfds_corpus_in_a_mix_is_counted_before_its_empty_pairs_are_dropped(corpora, tfds_corpus):
+    """TFDS corpus (1200 pairs, 171 with an empty side) mixed 1:1 with a file corpus: the
+    quotas count every pair (mixed passes of exactly 1800 draws), empty pairs are dropped
+    after the choice, and the TFDS stream's first 1029 kept pairs are its whole first pass."""
+    from tests.data.tfds_fixture import sentence_pairs
+
+    a, _, _ = corpora
+    mix = MixedText([tfds_corpus, a], [1, 1])
+    assert mix.quotas == [900, 900] and mix.num_pairs == 1800
+    in_a = set(sources(a.dataset))
+    drawn = [
+        (s.decode("utf-8"), t.decode("utf-8"))
+        for e in range(2)
+        for s, t in mix.epoch(seed=0, epoch=e).as_numpy_iterator()
+    ]
+    from_tfds = [pair for pair in drawn if pair[0] not in in_a]
+    assert len(drawn) - len(from_tfds) == 1800 and all(s and t for s, t in from_tfds)
+    kept = [(en, de) for en, de in sentence_pairs("train", 1200) if de]
+    assert collections.Counter(from_tfds[: len(kept)]) == collections.Counter(kept)

@@ -121,6 +121,41 @@ def test_min_length_must_be_a_count(trained):
         assert info.value.option == "min_length"
 
 
+class CountsRows(NeverEnds):
+    """The model, counting the rows (beams) of all its decoding steps (a variable, so also
+    inside a tf.function): a sentence that leaves the batch earlier costs fewer."""
+
+    def __init__(self, model):
+        super().__init__(model)
+        self.rows = tf.Variable(0)
+
+    def decode_step(self, ids, step, cache):
+        with tf.control_dependencies([self.rows.assign_add(tf.shape(ids)[0])]):
+            return self.model.decode_step(ids, step, cache)
+
+
+def test_the_search_stops_once_the_hypotheses_kept_are_settled(trained):
+    """serving_default keeps 1 hypothesis, translate_nbest K, translate_with_options
+    num_hypotheses: fewer kept, fewer rows decoded (the first n are the same: the test
+    above)."""
+    model, tokenizer = trained
+    counted = CountsRows(model)
+    translator = Translator(counted, tokenizer, beam_size=4, alpha=0.6, max_extra_length=10)
+    sentences = tf.constant(SENTENCES)
+
+    def rows(run):
+        counted.rows.assign(0)
+        run()
+        return int(counted.rows.numpy())
+
+    kept = {
+        n: rows(lambda n=n: translator.translate_with_options(sentences, *vectors(4, 0.6, 10, n)))
+        for n in (1, 4)
+    }
+    assert rows(lambda: translator(sentences)) == kept[1] < kept[4]
+    assert rows(lambda: translator.translate_nbest(sentences)) == kept[4]
+
+
 @pytest.mark.parametrize("extra", [1, 3])
 def test_eos_lands_at_input_length_plus_extra(trained, extra):
     model, tokenizer = trained

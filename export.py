@@ -18,7 +18,13 @@ import sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 # the library's defaults; keras_transformer.config imports no TensorFlow, so --help is quick
-from keras_transformer.config import ALPHA, AVERAGE_LAST, BEAM_SIZE, MAX_EXTRA_LENGTH  # noqa: E402
+from keras_transformer.config import (  # noqa: E402
+    ALPHA,
+    AVERAGE_LAST,
+    BEAM_SIZE,
+    MAX_EXTRA_LENGTH,
+    MIN_LENGTH,
+)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -42,6 +48,13 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="output may exceed input by this",
     )
     parser.add_argument(
+        "--min-length",
+        type=int,
+        default=MIN_LENGTH,
+        help=f"shortest translation of a non-empty input, in tokens before eos (default "
+        f"{MIN_LENGTH}: never an empty one; 0: no minimum, the paper's search)",
+    )
+    parser.add_argument(
         "--average-last",
         type=int,
         default=AVERAGE_LAST,
@@ -62,7 +75,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     from keras_transformer.errors import KerasTransformerError
     from keras_transformer.inference.export import describe_export, export_run
-    from keras_transformer.inference.options import check_options
+    from keras_transformer.inference.options import check_min_length, check_options
     from keras_transformer.inference.translate import flag_error
 
     try:
@@ -71,6 +84,7 @@ def main(argv=None) -> int:
                 f"--export-dir {args.export_dir} is a file; give a directory (new or existing)"
             )
         check_options(args.beam_size, args.alpha, args.max_extra_length)
+        check_min_length(args.min_length)
         if args.version is not None and args.version < 1:
             raise KerasTransformerError(f"--version must be >= 1, got {args.version}")
         if args.average_last < 1:
@@ -83,6 +97,7 @@ def main(argv=None) -> int:
             beam_size=args.beam_size,
             alpha=args.alpha,
             max_extra_length=args.max_extra_length,
+            min_length=args.min_length,
             average_last=args.average_last,
             use_best=args.best,
             attention_layer=args.attention_layer,

@@ -35,6 +35,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 from reference import Worker, interleaved, isa_flags, ratios, write_ctranslate2  # noqa: E402
 
+from keras_transformer import config  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROG = "bench_real.py"
 # the search settings compared; "default" is the export's serving_default
@@ -45,7 +47,8 @@ SETTINGS = {
 }
 TIMED = ("default", "greedy")
 MAX_EXTRA_LENGTH = 50
-MIN_LENGTH = 0  # our search's minimum output length before eos (0: none)
+# our translations' minimum length, tokens before eos (CTranslate2's min_decoding_length)
+MIN_LENGTH = config.MIN_LENGTH
 
 
 def fail(message: str) -> None:

@@ -31,6 +31,10 @@ RESERVED_IDS = 4
 BEAM_SIZE = 4
 ALPHA = 0.6
 MAX_EXTRA_LENGTH = 50
+# Not the paper's (it sets none): no empty translation of a non-empty source, at least 1 token
+# before eos (CTranslate2's min_decoding_length, fairseq's --min-len and OpenNMT's -min_length
+# default to 1 too).
+MIN_LENGTH = 1
 AVERAGE_LAST = 5
 
 

@@ -249,6 +249,11 @@ CASES = [
         ("export.py", "--model-dir", "{run}", "--export-dir", "{tmp}/e", "--attention-layer", "7"),
         ("--attention-layer", "7"),
     ),
+    Case(
+        "export-negative-min-length",
+        ("export.py", "--model-dir", "{run}", "--export-dir", "{tmp}/e", "--min-length", "-1"),
+        ("--min-length", "-1"),
+    ),
     # ---- translate / evaluate / score
     Case(
         "translate-missing-input",

@@ -8,8 +8,9 @@
 
 Signatures: `serving_default` (inputs: string (None,) -> outputs: string (None,), scores:
 float32 (None,)), `translate_nbest` (outputs and scores of shape (None, beam)) and
-`translate_with_options` (inputs plus scalar beam_size, alpha, max_extra_length,
-num_hypotheses -> outputs and scores of shape (None, num_hypotheses)). The graph holds only
+`translate_with_options` (inputs plus per-sentence (None,) beam_size, alpha, max_extra_length,
+num_hypotheses, target_prefix -> outputs and scores of shape (None, the largest
+num_hypotheses)), `score` and `sample` (see `Translator`). The graph holds only
 TensorFlow and TensorFlow Text ops. Variables are tracked through
 `keras.export.ExportArchive`, so TF1-style session loaders (TF Serving's) find them.
 `models.config` lists every model exported to the same directory: exporting a model
@@ -25,7 +26,7 @@ import tempfile
 import keras
 import tensorflow as tf
 
-from keras_transformer.config import ALPHA, AVERAGE_LAST, BEAM_SIZE, MAX_EXTRA_LENGTH
+from keras_transformer.config import ALPHA, AVERAGE_LAST, BEAM_SIZE, MAX_EXTRA_LENGTH, MIN_LENGTH
 from keras_transformer.errors import KerasTransformerError
 from keras_transformer.files import write_atomic
 from keras_transformer.inference.options import OPTIONS, SAMPLE, SCORE, STRINGS
@@ -220,6 +221,7 @@ def export_run(
     beam_size: int = BEAM_SIZE,
     alpha: float = ALPHA,
     max_extra_length: int = MAX_EXTRA_LENGTH,
+    min_length: int = MIN_LENGTH,
     average_last: int = AVERAGE_LAST,
     use_best: bool = False,
     attention_layer: int | None = None,
@@ -232,6 +234,7 @@ def export_run(
         beam_size=beam_size,
         alpha=alpha,
         max_extra_length=max_extra_length,
+        min_length=min_length,
         attention_layer=attention_layer,
     )
     return export_translator(translator, export_dir, model_name=model_name, version=version)

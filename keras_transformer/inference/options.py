@@ -59,6 +59,12 @@ def check_options(beam_size: int, alpha: float, max_extra_length: int) -> None:
         )
 
 
+def check_min_length(min_length: int) -> None:
+    """Raise `DecodingOptionsError` unless `min_length` is an integer >= 0."""
+    if not isinstance(min_length, int) or isinstance(min_length, bool) or min_length < 0:
+        raise DecodingOptionsError("min_length", f"must be an integer >= 0, got {min_length!r}")
+
+
 def check_sampling(temperature: float, top_k: int, top_p: float) -> None:
     """Raise `DecodingOptionsError` naming the first sampling option out of range."""
     if not (math.isfinite(temperature) and temperature > 0):

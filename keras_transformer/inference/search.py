@@ -73,8 +73,12 @@ def _top_log_probs(logits, step, count, eos_id, min_length=None):
     ids (N, count) int32, logsumexp (N, 1)), best first.
 
     Before `min_length` (step + 1 < min_length) eos is not a candidate: the top count + 1
-    are formed and eos dropped from them, as CTranslate2's min_decoding_length disables eos
-    after the log-softmax (so the other tokens' log-probabilities are not renormalized).
+    are formed and eos dropped from them, so the other tokens keep their log-probabilities
+    under the full distribution (not renormalized over the tokens allowed: the score stays
+    the model's log-probability of the output, as `score` gives it). CTranslate2's
+    min_decoding_length differs there: it masks eos before its log-softmax, which
+    renormalizes; its scores are then higher by -log(1 - p(eos)) at every step before the
+    minimum, and the candidates of a row rank the same either way.
     Log-probabilities are logits - logsumexp(logits) in float32; only the top `count` of each
     row are ever formed (the full (N, V) log-softmax and masking would be four more passes
     over the largest tensor of the step). logsumexp = max + log(sum(exp(logits - max))) is
@@ -82,7 +86,9 @@ def _top_log_probs(logits, step, count, eos_id, min_length=None):
     maximum's probability is exactly 1 / sum(exp(logits - max)), and it is >= 1 / V, so its
     log is well conditioned.
     """
-    top_logits, top_ids, row_max = _row_top_k(logits, count if min_length is None else count + 1)
+    # one more, to drop eos from, when the vocabulary has one more
+    formed = count if min_length is None else tf.minimum(count + 1, tf.shape(logits)[-1])
+    top_logits, top_ids, row_max = _row_top_k(logits, formed)
     max_prob = tf.gather(tf.nn.softmax(logits), top_ids[:, :1], batch_dims=1)  # (N, 1)
     normalizer = row_max - tf.math.log(max_prob)  # logsumexp (N, 1)
     if min_length is not None:
@@ -200,6 +206,8 @@ def beam_search(
     alpha=ALPHA,
     min_length=None,
     prefix=None,
+    num_best=None,
+    stop_early=True,
 ):
     """Beam search with GNMT length normalization and early stopping.
 
@@ -207,10 +215,24 @@ def beam_search(
     the alive beams are ranked; those ending in eos (among all 2K, as in tensor2tensor's and
     Model Garden's beam search) join the finished pool (scored log p / length_penalty), the
     K best others stay alive. A sentence is settled, and leaves the batch, when none of its
-    alive hypotheses can still beat its worst finished one (log-probabilities only fall, and
-    the penalty is largest at the maximum length), or at its maximum length, where eos is
-    forced. K = 1 is greedy search: only the best extension counts (with alpha 0 this is
-    the most probable token at every step, as CTranslate2's beam 1).
+    alive hypotheses can still beat the n-th best of its finished ones (n = `num_best`, the
+    hypotheses the caller keeps), or at its maximum length, where eos is forced. K = 1 is
+    greedy search: only the best extension counts (with alpha 0 this is the most probable
+    token at every step, as CTranslate2's beam 1).
+
+    The stopping bound, exact for the GNMT penalty lp(m) = ((5 + m) / 6) ** alpha: a live
+    beam with log-probability s <= 0 after l tokens can only finish at a length m in
+    (l, L] (L: the sentence's maximum length, eos included) with a log-probability
+    s' <= s (every token, forced or not, adds log p <= 0), so its final score is at most
+    max over m in (l, L] of s / lp(m). For alpha > 0, lp grows with m and s <= 0, so that
+    maximum is s / lp(L); for alpha = 0 it is s. No tighter bound holds for every model
+    (the next tokens may all have probability near 1, and the beam may end exactly at L),
+    and the best live beam has the largest s, so it alone decides. Every finished
+    hypothesis comes from a live beam, so once the bound is below the n-th best finished
+    score, the n best are final: they equal those of the exhaustive search
+    (`stop_early=False`), ties included (the pool's top-k keeps an earlier hypothesis
+    first). The hypotheses ranked after n (still returned, K in all) are then the best
+    found so far, not necessarily those of a search that waits for all K.
 
     Every option may differ per sentence: the search runs max(K) rows per sentence, and a
     sentence with a smaller K keeps only its first K alive beams and its 2K best extensions,
@@ -230,6 +252,10 @@ def beam_search(
         prefix: (B, P) int32 tokens every hypothesis of a sentence starts with (their
             log-probabilities count in its score), -1 after each sentence's prefix; None:
             no prefix. `max_lengths` must leave room for the prefix and eos.
+        num_best: n, the hypotheses the caller keeps, in [1, K] per sentence (clipped to
+            the sentence's K): a Python int, a scalar or (B,) int32; None (the default): K.
+        stop_early: False runs every sentence until its maximum length (or until all its
+            beams die): the exhaustive reference the early stop is tested against.
 
     Returns:
         (sequences (B, K, L) int32 best first, without bos, eos included, 0 after;
@@ -240,7 +266,7 @@ def beam_search(
         raise ValueError(f"beam_size must be >= 1, got {beam_size}")
     return _search(
         step_fn, initial_ids, initial_cache, max_lengths, eos_id, beam_size, alpha, min_length,
-        prefix, sampling=None,
+        prefix, sampling=None, num_best=num_best, stop_early=stop_early,
     )  # fmt: skip
 
 
@@ -266,7 +292,7 @@ def sample(step_fn, initial_ids, initial_cache, max_lengths, eos_id: int, sampli
 
 def _search(
     step_fn, initial_ids, initial_cache, max_lengths, eos_id, beam_size, alpha, min_length,
-    prefix, sampling,
+    prefix, sampling, num_best=None, stop_early=True,
 ):  # fmt: skip
     """The one loop behind `beam_search` and `sample`."""
     initial_ids = tf.convert_to_tensor(initial_ids, tf.int32)
@@ -278,6 +304,8 @@ def _search(
         "index": tf.range(batch),
         "max_length": tf.convert_to_tensor(max_lengths, tf.int32),
         "beams": _per_sentence(beam_size, batch, tf.int32),
+        # the finished hypothesis (0-based rank) no live beam may still beat
+        "nth": _per_sentence(beam_size if num_best is None else num_best, batch, tf.int32),
         "alpha": _per_sentence(alpha, batch, tf.float32),
         # one -1 column after the longest prefix, read once every prefix is done
         "prefix": tf.pad(
@@ -285,6 +313,7 @@ def _search(
         ),
         "sampling": sampling or {},
     }
+    per["nth"] = tf.clip_by_value(per["nth"], 1, tf.maximum(per["beams"], 1)) - 1
     # K: the (largest) beam size; an empty batch still has shapes
     k = tf.maximum(tf.reduce_max(tf.convert_to_tensor(beam_size, tf.int32)), 1)
     length = tf.maximum(tf.reduce_max(per["max_length"]), 1)
@@ -347,12 +376,14 @@ def _search(
         alive_seq = tf.gather(top_seq, keep, batch_dims=1)
         beam_origin = tf.gather(origin, keep, batch_dims=1)  # (b, K)
 
-        # settled: no alive hypothesis can beat the sentence's K-th finished one (an upper
-        # bound of its final score: log-probs only fall, the penalty is largest at the max
-        # length)
+        # settled: no alive hypothesis can beat the sentence's n-th best finished one (the
+        # bound of beam_search's docstring: log-probs only fall, the penalty is largest at
+        # the max length)
         best_alive = alive_lp[:, 0] / length_penalty(per["max_length"], per["alpha"])
-        worst_finished = tf.gather(finished_scores, per["beams"] - 1, batch_dims=1)
-        can_improve = tf.logical_and(alive_lp[:, 0] > NEG_INF / 2, best_alive >= worst_finished)
+        to_beat = tf.gather(finished_scores, per["nth"], batch_dims=1)
+        can_improve = tf.logical_and(
+            alive_lp[:, 0] > NEG_INF / 2, tf.logical_or(best_alive >= to_beat, not stop_early)
+        )
         done = tf.logical_not(can_improve)
         out = _settle(out, per["index"], done, [finished_seq, finished_scores])
         stay = _rows(can_improve)

@@ -33,6 +33,10 @@ class Translator(tf.Module):
         attention_layer: the decoder layer whose cross-attention `score` returns (default:
             the penultimate, the usual choice for word alignment; negative counts from the
             end).
+        min_length: shortest translation of a non-empty input, in tokens before eos (eos is
+            no candidate until then; see `search._top_log_probs` for the scores); default 1,
+            so a non-empty input never gets "" (as CTranslate2, fairseq and OpenNMT); 0
+            turns it off (the paper sets none). `sample` has no minimum.
 
     Signatures (every input and output batch-major, B sentences):
       - `translator(inputs)` -> {"outputs" (B,) string, "scores" (B,) float32};
@@ -57,10 +61,13 @@ class Translator(tf.Module):
         max_extra_length: int = config.MAX_EXTRA_LENGTH,
         max_input_length: int | None = None,
         attention_layer: int | None = None,
+        min_length: int = config.MIN_LENGTH,
         name: str = "translator",
     ):
         super().__init__(name=name)
         opt.check_options(beam_size, alpha, max_extra_length)
+        opt.check_min_length(min_length)
+        self.min_length = min_length
         self.model = model
         self.tokenizer = tokenizer
         self.beam_size = beam_size
@@ -119,11 +126,16 @@ class Translator(tf.Module):
             max_lengths = tf.minimum(max_lengths, self.max_output_length)
         return max_lengths
 
-    def search(self, sentences, beam_size, alpha=None, max_extra_length=None, prefix=None):
+    def search(
+        self, sentences, beam_size, alpha=None, max_extra_length=None, prefix=None, num_best=None
+    ):
         """(B,) strings -> (ids (B, K, L), scores (B, K), empty (B,) bool).
 
         The options may be Python numbers, scalar tensors or (B,) tensors (default: the
-        constructor's); `prefix`: (B,) strings every hypothesis starts with ("" = none).
+        constructor's); `prefix`: (B,) strings every hypothesis starts with ("" = none);
+        `num_best`: the hypotheses the caller keeps, scalar or (B,) (the search stops once
+        they are settled, see `search.beam_search`; the others are the best found by then),
+        default all K.
         """
         alpha = self.alpha if alpha is None else alpha
         extra = self.max_extra_length if max_extra_length is None else max_extra_length
@@ -139,7 +151,9 @@ class Translator(tf.Module):
         bos = tf.fill([tf.shape(source)[0]], BOS_ID)
         ids, scores = search.beam_search(
             self.model.decode_step, bos, cache, max_lengths, EOS_ID,
-            beam_size=beam_size, alpha=alpha, prefix=prefix_ids,
+            beam_size=beam_size, alpha=alpha, prefix=prefix_ids, num_best=num_best,
+            # the search counts eos in its minimum
+            min_length=self.min_length + 1 if self.min_length else None,
         )  # fmt: skip
         return ids, scores, empty
 
@@ -166,7 +180,7 @@ class Translator(tf.Module):
 
     @tf.function(input_signature=[opt.STRINGS])
     def __call__(self, inputs):
-        ids, scores, empty = self.search(inputs, self.beam_size)
+        ids, scores, empty = self.search(inputs, self.beam_size, num_best=1)
         text = self._detokenize(ids[:, :1], empty)[:, 0]
         return {"outputs": text, "scores": tf.where(empty, 0.0, scores[:, 0])}
 
@@ -184,7 +198,9 @@ class Translator(tf.Module):
         beam_size, alpha, max_extra_length, num_hypotheses = opt.checked(
             checks, beam_size, alpha, max_extra_length, num_hypotheses
         )
-        ids, scores, empty = self.search(inputs, beam_size, alpha, max_extra_length, target_prefix)
+        ids, scores, empty = self.search(
+            inputs, beam_size, alpha, max_extra_length, target_prefix, num_best=num_hypotheses
+        )
         n = tf.maximum(tf.reduce_max(num_hypotheses), 1)
         result = self._nbest(ids[:, :n], scores[:, :n], empty)
         wanted = tf.range(n)[tf.newaxis, :] < num_hypotheses[:, tf.newaxis]

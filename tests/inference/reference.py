@@ -34,8 +34,8 @@ def greedy(step_fn, initial_ids, cache, max_lengths, eos_id, min_length=None):
     return out, scores.astype(np.float32)
 
 
-def model_greedy(model, source, max_lengths, bos_id, eos_id):
+def model_greedy(model, source, max_lengths, bos_id, eos_id, min_length=None):
     """`greedy` over a Transformer's `decode_step` for (B, S) source ids."""
     cache = model.init_cache(model.encode(source), source)
     bos = np.full([int(tf.shape(source)[0])], bos_id, np.int32)
-    return greedy(model.decode_step, bos, cache, max_lengths, eos_id)
+    return greedy(model.decode_step, bos, cache, max_lengths, eos_id, min_length)

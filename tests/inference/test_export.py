@@ -274,7 +274,9 @@ def test_translate_with_options_through_a_tf1_session(exported):
     translator = Translator(model, tokenizer, beam_size=1, alpha=0.0, max_extra_length=6)
     source_ids, _, empty = translator._encode_inputs(tf.constant(source))
     lengths = tf.reduce_sum(tf.cast(source_ids > 0, tf.int32), 1) + 6
-    ids, _ = reference.model_greedy(model, source_ids, lengths.numpy(), BOS_ID, EOS_ID)
+    ids, _ = reference.model_greedy(
+        model, source_ids, lengths.numpy(), BOS_ID, EOS_ID, min_length=config.MIN_LENGTH + 1
+    )
     expected = translator._detokenize(tf.constant(ids)[:, tf.newaxis], empty)[:, 0].numpy()
     assert [row[0] for row in greedy["outputs"]] == [t.decode() for t in expected]  # beam 1
 

@@ -438,3 +438,95 @@ def test_sample_draws_from_the_tempered_truncated_distribution():
         counts = np.bincount(seqs.numpy()[:, 0], minlength=V) / n
         np.testing.assert_allclose(counts, expected, atol=0.03)
         assert not counts[order[~keep]].any()
+
+
+def counting(step_fn):
+    """(step_fn, calls): the same step function, counting its calls (the search runs
+    eagerly here, one call per step)."""
+    calls = []
+
+    def counted(ids, step, cache):
+        calls.append(int(step))
+        return step_fn(ids, step, cache)
+
+    return counted, calls
+
+
+def test_the_best_settles_before_the_worst():
+    """[eos] (0.5) is the best; [A eos] (0.15) the runner-up. Keeping one hypothesis, the
+    search stops after step 1, when the live [A A] (0.35) can no longer beat 0.5; keeping
+    two, it runs until 0.5 * 0.7^k < 0.15 (k = 4). The best is the same either way, and the
+    exhaustive search runs all 10 steps."""
+    probs = np.full((V, V), 1e-6)
+    probs[BOS, [EOS, A]] = [0.5, 0.5]
+    probs[A, [A, EOS]] = [0.7, 0.3]
+    results = {}
+    for num_best, stop_early in ((1, True), (2, True), (1, False)):
+        step_fn, calls = counting(table_step_fn(probs))
+        seqs, scores = beam_search(
+            step_fn, tf.constant([BOS]), {}, tf.constant([10]), EOS, beam_size=2, alpha=0.0,
+            num_best=num_best, stop_early=stop_early,
+        )  # fmt: skip
+        results[num_best, stop_early] = seqs[0, 0].numpy(), float(scores[0, 0]), len(calls)
+    assert [r[2] for r in results.values()] == [2, 5, 10]
+    for seq, score, _ in results.values():
+        np.testing.assert_array_equal(seq, results[1, False][0])
+        assert score == pytest.approx(math.log(0.5), abs=1e-4)
+
+
+def random_search(seed, alpha, max_beam):
+    """A random batch of 10 sentences on the second-order table model, with per-sentence beam
+    sizes in [1, max_beam], max lengths, prefixes and alpha (`alpha` or 0): a function
+    (**beam_search kwargs) -> (sequences, scores, steps run), and the beam sizes."""
+    rng = np.random.default_rng(seed)
+    sentences = 10
+    table = rng.normal(scale=rng.uniform(0.5, 2.5), size=(V, V, V)).astype(np.float32)
+    bias = rng.normal(scale=2.0, size=(sentences, V)).astype(np.float32)
+    bias[:, EOS] += rng.uniform(-1.0, 2.0)  # from long outputs to most ending early
+    max_lengths = rng.integers(2, 9, size=sentences).astype(np.int32)
+    beams = rng.integers(1, max_beam + 1, size=sentences).astype(np.int32)
+    alphas = np.where(rng.random(sentences) < 0.8, alpha, 0.0).astype(np.float32)
+    prefix = np.full((sentences, 2), -1, np.int32)
+    with_prefix = rng.random(sentences) < 0.3
+    prefix[with_prefix, 0] = rng.integers(A, V, size=with_prefix.sum())
+    max_lengths[with_prefix] = np.maximum(max_lengths[with_prefix], 2)
+
+    def search(**kwargs):
+        cache = {
+            "decoder": {"prev": tf.fill([sentences], BOS)},
+            "sentence": {"bias": tf.constant(bias)},
+        }
+        step_fn, calls = counting(second_order_step_fn(table))
+        seqs, scores = beam_search(
+            step_fn, tf.fill([sentences], BOS), cache, max_lengths, EOS,
+            beam_size=tf.constant(beams), alpha=tf.constant(alphas),
+            prefix=tf.constant(prefix), min_length=kwargs.pop("min_length", None), **kwargs,
+        )  # fmt: skip
+        return seqs.numpy(), scores.numpy(), len(calls)
+
+    return search, beams, max_lengths
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 1.5])
+@pytest.mark.parametrize("max_beam", [1, 2, 4])
+def test_stopping_at_the_nth_best_equals_the_exhaustive_search(max_beam, alpha):
+    """On random models (12 seeds), with per-sentence beam sizes, alphas, max lengths,
+    prefixes and n (the hypotheses kept, one per sentence, in [1, K]): the first n
+    hypotheses (ids and scores) of each sentence equal those of the search that runs every
+    sentence to its maximum length; n = K is today's rule. The early stop saves steps."""
+    saved = 0
+    for seed in range(12):
+        search, beams, max_lengths = random_search(seed * 31 + max_beam, alpha, max_beam)
+        min_length = 2 if seed % 3 == 0 else None
+        full_seqs, full_scores, full_steps = search(stop_early=False, min_length=min_length)
+        assert full_steps == max_lengths.max()
+        rng = np.random.default_rng(seed)
+        for num_best in (1, beams, rng.integers(1, beams + 1).astype(np.int32)):
+            seqs, scores, steps = search(
+                num_best=tf.constant(num_best, tf.int32), min_length=min_length
+            )
+            for i, n in enumerate(np.broadcast_to(num_best, beams.shape)):
+                np.testing.assert_array_equal(seqs[i, :n], full_seqs[i, :n], err_msg=f"{seed=}")
+                np.testing.assert_allclose(scores[i, :n], full_scores[i, :n], atol=1e-6)
+            saved += full_steps - steps
+    assert saved > 0

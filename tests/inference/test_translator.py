@@ -35,6 +35,8 @@ def test_defaults_are_the_papers():
     assert (config.BEAM_SIZE, config.ALPHA, config.MAX_EXTRA_LENGTH) == (4, 0.6, 50)
     defaults = Translator.__init__.__kwdefaults__
     assert (defaults["beam_size"], defaults["alpha"], defaults["max_extra_length"]) == (4, 0.6, 50)
+    # the peers' default, not the paper's (which sets none)
+    assert config.MIN_LENGTH == defaults["min_length"] == 1
 
 
 def test_batch_translates_as_sentences_one_by_one(translator):
@@ -84,6 +86,76 @@ class NeverEnds:
         return logits - 1e4 * tf.one_hot(EOS_ID, tf.shape(logits)[-1]), cache
 
 
+class EosFirst(NeverEnds):
+    """The model with eos made (almost) certain at every step."""
+
+    def decode_step(self, ids, step, cache):
+        logits, cache = self.model.decode_step(ids, step, cache)
+        return logits + 1e4 * tf.one_hot(EOS_ID, tf.shape(logits)[-1]), cache
+
+
+@pytest.mark.parametrize("min_length", [None, 0, 1, 3])
+def test_min_length_tokens_come_before_eos(trained, min_length):
+    """A model that always wants eos: by default (1) every non-empty source gets one token
+    then eos, never ""; min_length 0 gives "" (eos right away, the paper's search), 3 three
+    tokens; the same through translate_with_options with a prefix of one token."""
+    model, tokenizer = trained
+    kwargs = {} if min_length is None else {"min_length": min_length}
+    translator = Translator(EosFirst(model), tokenizer, **kwargs)
+    expected = config.MIN_LENGTH if min_length is None else min_length
+    ids, _, _ = translator.search(tf.constant(SENTENCES), 2)
+    first_eos = np.argmax(ids.numpy() == EOS_ID, axis=-1)  # (B, K)
+    assert np.all(first_eos[:, 0] == expected) and np.all(first_eos >= expected)
+    outputs = translator(tf.constant(SENTENCES))["outputs"].numpy()
+    assert [bool(text) for text in outputs] == [expected > 0] * len(SENTENCES)
+    ids, _, _ = translator.search(tf.constant(SENTENCES), 2, prefix=tf.fill([4], "Ein"))
+    prefix_length = int(tf.size(tokenizer.tokenize(tf.constant(["Ein"]))[0]))
+    first_eos = [np.flatnonzero(h == EOS_ID)[0] for h in ids[:, 0].numpy()]
+    assert first_eos == [max(expected, prefix_length)] * len(SENTENCES)
+
+
+def test_min_length_must_be_a_count(trained):
+    for bad in (-1, 1.5, True):
+        with pytest.raises(DecodingOptionsError, match="^min_length must") as info:
+            Translator(*trained, min_length=bad)
+        assert info.value.option == "min_length"
+
+
+class CountsRows(NeverEnds):
+    """The model, counting the rows (beams) of all its decoding steps (a variable, so also
+    inside a tf.function): a sentence that leaves the batch earlier costs fewer."""
+
+    def __init__(self, model):
+        super().__init__(model)
+        self.rows = tf.Variable(0)
+
+    def decode_step(self, ids, step, cache):
+        with tf.control_dependencies([self.rows.assign_add(tf.shape(ids)[0])]):
+            return self.model.decode_step(ids, step, cache)
+
+
+def test_the_search_stops_once_the_hypotheses_kept_are_settled(trained):
+    """serving_default keeps 1 hypothesis, translate_nbest K, translate_with_options
+    num_hypotheses: fewer kept, fewer rows decoded (the first n are the same: the test
+    above)."""
+    model, tokenizer = trained
+    counted = CountsRows(model)
+    translator = Translator(counted, tokenizer, beam_size=4, alpha=0.6, max_extra_length=10)
+    sentences = tf.constant(SENTENCES)
+
+    def rows(run):
+        counted.rows.assign(0)
+        run()
+        return int(counted.rows.numpy())
+
+    kept = {
+        n: rows(lambda n=n: translator.translate_with_options(sentences, *vectors(4, 0.6, 10, n)))
+        for n in (1, 4)
+    }
+    assert rows(lambda: translator(sentences)) == kept[1] < kept[4]
+    assert rows(lambda: translator.translate_nbest(sentences)) == kept[4]
+
+
 @pytest.mark.parametrize("extra", [1, 3])
 def test_eos_lands_at_input_length_plus_extra(trained, extra):
     model, tokenizer = trained
@@ -113,7 +185,9 @@ def test_beam_one_is_greedy_search(trained, translator):
     model, tokenizer = trained
     source, _, empty = translator._encode_inputs(tf.constant(SENTENCES))
     lengths = tf.reduce_sum(tf.cast(source > 0, tf.int32), 1) + 7
-    greedy, _ = reference.model_greedy(model, source, lengths.numpy(), BOS_ID, EOS_ID)
+    greedy, _ = reference.model_greedy(
+        model, source, lengths.numpy(), BOS_ID, EOS_ID, min_length=config.MIN_LENGTH + 1
+    )
     expected = translator._detokenize(tf.constant(greedy)[:, tf.newaxis], empty)[:, 0]
     out = translator.translate_with_options(tf.constant(SENTENCES), *vectors(1, 0.0, 7, 1))
     np.testing.assert_array_equal(out["outputs"].numpy()[:, 0], expected.numpy())
@@ -127,6 +201,25 @@ def test_options_match_a_translator_built_with_them(trained, translator):
     assert got["outputs"].shape == (4, 2)
     np.testing.assert_array_equal(got["outputs"], expected["outputs"][:, :2])
     np.testing.assert_allclose(got["scores"], expected["scores"][:, :2], atol=1e-5)
+
+
+def test_a_sentence_keeping_n_hypotheses_gets_the_n_best_of_the_full_list(translator):
+    """num_hypotheses per sentence (the search stops once each sentence's n are settled):
+    sentence i's first n columns are translate_nbest's (which waits for all K), "" and -inf
+    after them; with a prefix too."""
+    sentences = tf.constant(SENTENCES)
+    n = np.array([1, 2, 3, 4], np.int32)
+    beam, alpha, extra, _, _ = vectors(4, 0.6, 10, 1)
+    for prefix in ("", "Ein"):
+        full = translator.translate_with_options(sentences, *vectors(4, 0.6, 10, 4, prefix))
+        got = translator.translate_with_options(
+            sentences, beam, alpha, extra, tf.constant(n), tf.fill([4], prefix)
+        )
+        for i, k in enumerate(n):
+            np.testing.assert_array_equal(got["outputs"][i, :k], full["outputs"][i, :k])
+            np.testing.assert_allclose(got["scores"][i, :k], full["scores"][i, :k], atol=1e-5)
+            assert np.all(got["outputs"][i, k:] == b"")
+            assert np.all(got["scores"][i, k:] == -np.inf)
 
 
 @pytest.mark.parametrize(

@@ -16,6 +16,7 @@ from keras_transformer.model import Transformer
 from keras_transformer.optimization import paper_optimizer
 from keras_transformer.run_dir import LOG_DIR, Run
 from keras_transformer.training import callbacks as cb
+from keras_transformer.training import ema, fine_tune
 from keras_transformer.training.args import TrainArgs, TrainSettings, describe, validate
 from keras_transformer.training.preparation import load_data, settle
 from keras_transformer.training.step import TrainingModel
@@ -50,10 +51,15 @@ def train(args: TrainArgs) -> dict:
         data_next=model.data_next,
         rng=seed_states(model.transformer),
         bleu=bleu.progress,
+        **ema.checkpoint_items(model.optimizer),  # the moving averages of --ema-decay
     )
     manager = own.checkpoint_manager(checkpoint, max_to_keep=settings.keep_checkpoints)
     guard.manager = manager
-    restore(checkpoint, shared, manager, model, bleu, metrics)
+    if not restore(checkpoint, shared, manager, model, bleu, metrics) and settings.init_from:
+        # a fine-tuned run without a checkpoint of its own starts from its source's weights
+        fine_tune.initialize(
+            model.transformer, shared.read_config()["init"], keep=seed_states(model.transformer)
+        )
     if _step(model) >= settings.train_steps:
         print(f"already at step {_step(model)} >= --train-steps {settings.train_steps}", flush=True)
         return summarize(shared, settings, model, bleu)
@@ -91,7 +97,9 @@ def build_model(config: TransformerConfig, settings: TrainSettings) -> TrainingM
     """The Transformer inside a TrainingModel, compiled with the paper's optimizer."""
     model = TrainingModel(Transformer(config), accum_steps=settings.accum_steps)
     model.compile(
-        optimizer=paper_optimizer(config.d_model, settings.warmup_steps, settings.lr_scale),
+        optimizer=paper_optimizer(
+            config.d_model, settings.warmup_steps, settings.lr_scale, ema_decay=settings.ema_decay
+        ),
         loss=LabelSmoothedCrossEntropy(config.label_smoothing),
         metrics=[MaskedAccuracy()],
         jit_compile=settings.jit_compile,
@@ -114,8 +122,8 @@ def validation_batches(valid, tokenizer, settings: TrainSettings) -> tf.data.Dat
     return batches.apply(tf.data.experimental.assert_cardinality(count))
 
 
-def restore(checkpoint, shared: Run, manager, model, bleu, metrics) -> None:
-    """Resume from the chief's newest checkpoint, on every worker.
+def restore(checkpoint, shared: Run, manager, model, bleu, metrics) -> bool:
+    """Resume from the chief's newest checkpoint, on every worker; False when there is none.
 
     The chief's checkpoints are the truth: a worker killed between the chief's save and its
     own would otherwise restart from another step (and call collectives at other steps).
@@ -124,7 +132,7 @@ def restore(checkpoint, shared: Run, manager, model, bleu, metrics) -> None:
     """
     paths = shared.checkpoints()
     if not paths:
-        return
+        return False
     try:
         checkpoint.restore(paths[-1]).assert_existing_objects_matched()
     except (AssertionError, ValueError, tf.errors.OpError) as err:
@@ -141,6 +149,7 @@ def restore(checkpoint, shared: Run, manager, model, bleu, metrics) -> None:
     scale = getattr(model.optimizer, "dynamic_scale", None)
     scale = f" (loss scale {float(scale.numpy()):g})" if scale is not None else ""
     print(f"resumed from {paths[-1]} at step {_step(model)}{scale}", flush=True)
+    return True
 
 
 def seed_states(model) -> list:
@@ -172,6 +181,7 @@ def make_bleu_callback(settings, model, tokenizer, valid, shared: Run, chief, st
         log_dir=shared.path(LOG_DIR),
         patience=settings.patience,
         strategy=strategy,
+        averaged=lambda: ema.swapped(model.transformer, model.optimizer),
     )
 
 

@@ -167,3 +167,22 @@ def test_export_takes_the_averages_unless_no_ema(ema_runs, tmp_path):
     ema_arrays, raw_arrays = exported_arrays(paths["ema"]), exported_arrays(paths["raw"])
     assert contains(ema_arrays, averaged) and not contains(ema_arrays, raw)
     assert contains(raw_arrays, raw) and not contains(raw_arrays, averaged)
+
+
+@pytest.mark.slow
+def test_best_holds_the_averaged_weights_that_were_validated(ema_runs):
+    run = Run(str(ema_runs[0]))
+    best = run.checkpoints(best=True)[-1]
+    saved = run.path(f"checkpoints/ckpt-{best.rsplit('-', 1)[1]}")  # the same step's checkpoint
+    assert saved in run.checkpoints()
+    best_model, _ = run.load_model(best=True)
+    reader = tf.train.load_checkpoint(saved)
+    for i, variable in enumerate(best_model.trainable_variables):
+        average = reader.get_tensor(f"{EMA_KEY}/{i}/.ATTRIBUTES/VARIABLE_VALUE")
+        np.testing.assert_array_equal(variable.numpy(), average)
+    raw_model, _ = run.load_model()
+    run.restore_average(raw_model, [saved], ema=False)
+    assert any(
+        not np.array_equal(a.numpy(), b.numpy())
+        for a, b in zip(raw_model.trainable_variables, best_model.trainable_variables)
+    )

@@ -3,9 +3,10 @@
 python export.py --model-dir runs/en-de --export-dir exports --model-name transformer
 
 Averages the last 5 checkpoints by default (the paper's practice; `--average-last 1` turns
-it off), adds or replaces this model's entry in <export-dir>/models.config (other models'
-entries are kept) and prints what it wrote: paths, signatures with their inputs and
-outputs, size on disk.
+it off; a run trained with --ema-decay contributes its moving averages unless --no-ema),
+adds or replaces this model's entry in <export-dir>/models.config (other models' entries
+are kept) and prints what it wrote: paths, signatures with their inputs and outputs, size
+on disk.
 """
 
 from __future__ import annotations
@@ -68,6 +69,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument(
         "--best", action="store_true", help="export the best-BLEU checkpoint instead"
     )
+    parser.add_argument(
+        "--no-ema",
+        action="store_true",
+        help="a run trained with --ema-decay: export the raw weights, not their moving average",
+    )
     return parser.parse_args(argv)
 
 
@@ -101,6 +107,7 @@ def main(argv=None) -> int:
             average_last=args.average_last,
             use_best=args.best,
             attention_layer=args.attention_layer,
+            ema=not args.no_ema,
         )
     except KerasTransformerError as err:
         return flag_error("export.py", err)

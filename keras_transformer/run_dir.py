@@ -3,7 +3,8 @@
     config.json      the resolved configuration: {"model": ..., "training": ...}
     spm.model        the joint SentencePiece model
     checkpoints/     tf.train.Checkpoint files (model, optimizer, loss scale, data position,
-                     dropout RNG state, best BLEU), newest last
+                     dropout RNG state, best BLEU; with --ema-decay the moving averages of
+                     the trainable weights, `ema/<i>`), newest last
     best/            the weights with the best validation BLEU, and that score
     logs/            TensorBoard event files
     metrics.jsonl    one JSON object per logged event
@@ -30,6 +31,7 @@ CHECKPOINT_DIR = "checkpoints"
 BEST_DIR = "best"
 LOG_DIR = "logs"
 METRICS_FILE = "metrics.jsonl"
+EMA_KEY = "ema"  # a checkpoint's moving averages: ema/<i> for the i-th trainable variable
 
 
 class RunDirError(KerasTransformerError, ValueError):
@@ -116,12 +118,14 @@ class Run:
             return []
         return [p for p in state.all_model_checkpoint_paths if tf.io.gfile.exists(p + ".index")]
 
-    def restore_average(self, model, paths: list[str]) -> None:
+    def restore_average(self, model, paths: list[str], *, ema: bool = True) -> None:
         """Load the mean of the model weights stored in `paths` (paper: the last 5).
 
-        Every checkpoint must hold every weight of `model` with the same shape; one that does
-        not (another configuration, a truncated file) raises RunDirError naming it, instead
-        of silently averaging freshly initialized weights.
+        With `ema`, a checkpoint that holds moving averages of the weights (--ema-decay)
+        contributes those instead of its raw trainable weights. Every checkpoint must hold
+        every weight of `model` with the same shape; one that does not (another
+        configuration, a truncated file) raises RunDirError naming it, instead of silently
+        averaging freshly initialized weights.
         """
         if not paths:
             raise RunDirError(f"no checkpoint to restore in {self.model_dir}")
@@ -130,6 +134,9 @@ class Run:
             try:
                 status = tf.train.Checkpoint(model=model).restore(path)
                 status.assert_existing_objects_matched().expect_partial()  # optimizer: unused
+                if ema and has_averages(path):
+                    averaged = tf.train.Checkpoint(**{EMA_KEY: list(model.trainable_variables)})
+                    averaged.restore(path).assert_existing_objects_matched().expect_partial()
             except (AssertionError, ValueError, tf.errors.OpError) as err:
                 model.set_weights(original)  # a failed average leaves the model as it was
                 first = str(err).strip().splitlines()[0][:300]
@@ -138,9 +145,10 @@ class Run:
             total = weights if total is None else [a + b for a, b in zip(total, weights)]
         model.set_weights([np.asarray(w / len(paths), dtype=w.dtype) for w in total])
 
-    def load_model(self, *, average_last: int = 1, best: bool = False):
+    def load_model(self, *, average_last: int = 1, best: bool = False, ema: bool = True):
         """(model, tokenizer) with restored weights: the best checkpoint, or the mean of the
-        last `average_last` checkpoints."""
+        last `average_last` checkpoints (their moving averages when they hold them and `ema`;
+        best/ holds the weights that were validated, averaged or not)."""
         from keras_transformer.model import Transformer
 
         if not isinstance(average_last, int) or average_last < 1:
@@ -152,7 +160,7 @@ class Run:
         paths = self.checkpoints(best=best)
         if not paths:
             raise RunDirError(f"no checkpoint in {self.path(BEST_DIR if best else CHECKPOINT_DIR)}")
-        self.restore_average(model, paths[-average_last:])
+        self.restore_average(model, paths[-average_last:], ema=ema)
         return model, tokenizer
 
     # -- metrics ----------------------------------------------------------------------------
@@ -177,11 +185,18 @@ class Run:
             return [json.loads(line) for line in handle if line.strip()]
 
 
-def load_trained(model_dir: str, *, average_last: int = 1, use_best: bool = False):
-    """(model, tokenizer, run config) from a run directory, with restored weights."""
+def has_averages(checkpoint_path: str) -> bool:
+    """True when the checkpoint holds moving averages of the weights (--ema-decay)."""
+    reader = tf.train.load_checkpoint(checkpoint_path)
+    return reader.has_tensor(f"{EMA_KEY}/0/.ATTRIBUTES/VARIABLE_VALUE")
+
+
+def load_trained(model_dir: str, *, average_last: int = 1, use_best: bool = False, ema=True):
+    """(model, tokenizer, run config) from a run directory, with restored weights (the moving
+    averages where the checkpoints hold them, unless `ema` is False)."""
     run = Run(model_dir)
-    model, tokenizer = run.load_model(average_last=average_last, best=use_best)
+    model, tokenizer = run.load_model(average_last=average_last, best=use_best, ema=ema)
     return model, tokenizer, run.read_config()
 
 
-__all__ = ["Run", "RunDirError", "load_trained"]
+__all__ = ["EMA_KEY", "Run", "RunDirError", "has_averages", "load_trained"]

@@ -62,6 +62,13 @@ def other_model(run_dir, **training):
     (run_dir / "config.json").write_text(json.dumps(config))
 
 
+def with_training(run_dir, **settings):
+    """The run's config.json with these training settings (e.g. a run trained with EMA)."""
+    config = json.loads((run_dir / "config.json").read_text())
+    config["training"] = {**config.get("training", {}), **settings}
+    (run_dir / "config.json").write_text(json.dumps(config))
+
+
 CASES = [
     # ---- train.py
     Case(
@@ -221,6 +228,52 @@ CASES = [
             other_model(tmp / "run", dataset="multi30k,files", tag_corpus="2"),
         ),
     ),
+    Case(
+        "train-init-from-changes-the-model",
+        ("train.py", "--model-dir", "{tmp}/new", "--data-dir", "{data}", "--init-from", "{run}",
+         "--preset", "base"),
+        ("--preset base", "--init-from {run}", "tiny", "drop --preset"),
+    ),  # fmt: skip
+    Case(
+        "train-init-from-without-best",
+        ("train.py", "--model-dir", "{tmp}/new", "--data-dir", "{data}", "--init-from", "{run}",
+         "--max-length", "32"),
+        ("--init-from {run}", "best/", "--init-average-last", "--init-checkpoint"),
+    ),
+    Case(
+        "train-init-from-max-length-beyond-the-model",
+        ("train.py", "--model-dir", "{tmp}/new", "--data-dir", "{data}", "--init-from", "{run}",
+         "--max-length", "100"),
+        ("--max-length 100", "64 positions", "--init-from {run}"),
+    ),  # fmt: skip
+    Case(
+        "train-init-from-not-a-run",
+        ("train.py", "--model-dir", "{tmp}/new", "--data-dir", "{data}", "--init-from",
+         "{tmp}/nothing"),
+        ("--init-from {tmp}/nothing", "config.json"),
+    ),  # fmt: skip
+    Case(
+        "train-init-checkpoint-unreadable",
+        ("train.py", "--model-dir", "{tmp}/new", "--data-dir", "{data}", "--init-from", "{run}",
+         "--max-length", "32", "--init-checkpoint", "{run}/checkpoints/ckpt-99"),
+        ("--init-checkpoint {run}/checkpoints/ckpt-99", "not a readable checkpoint"),
+    ),  # fmt: skip
+    Case(
+        "train-init-checkpoint-without-init-from",
+        ("train.py", "--model-dir", "{tmp}/new", "--init-checkpoint", "{run}/checkpoints/ckpt-30"),
+        ("--init-checkpoint", "--init-from"),
+    ),
+    Case(
+        "train-ema-decay-out-of-range",
+        ("train.py", "--model-dir", "{tmp}/new", "--ema-decay", "1.5"),
+        ("--ema-decay", "1.5", "(0, 1)"),
+    ),
+    Case(
+        "train-resume-changes-ema-decay",
+        ("train.py", "--model-dir", "{run}", "--data-dir", "{data}", "--ema-decay", "0.99"),
+        ("--ema-decay 0.99", "0.9", "{run}/config.json"),
+        setup=lambda tmp: with_training(tmp / "run", ema_decay=0.9),
+    ),
     # ---- export.py
     Case(
         "export-bad-beam",
@@ -243,6 +296,12 @@ CASES = [
         ("export.py", "--model-dir", "{run}", "--export-dir", "{tmp}/e"),
         ("config.json", "not valid JSON"),
         setup=write("run/config.json", '{"model": {"vocab_size": 6'),
+    ),
+    Case(
+        "export-best-raw-weights-of-an-ema-run",
+        ("export.py", "--model-dir", "{run}", "--export-dir", "{tmp}/e", "--best", "--no-ema"),
+        ("--best --no-ema", "{run}/best", "drop --best"),
+        setup=lambda tmp: with_training(tmp / "run", ema_decay=0.9),
     ),
     Case(
         "export-bad-attention-layer",

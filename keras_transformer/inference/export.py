@@ -31,7 +31,7 @@ from keras_transformer.errors import KerasTransformerError
 from keras_transformer.files import write_atomic
 from keras_transformer.inference.options import OPTIONS, SAMPLE, SCORE, STRINGS
 from keras_transformer.inference.translator import Translator
-from keras_transformer.run_dir import load_trained
+from keras_transformer.run_dir import Run, load_trained
 
 WARMUP_FILE = "tf_serving_warmup_requests"
 WARMUP_SENTENCES = ("A man is riding a bicycle.", "", "Zwei Hunde spielen im Schnee.")
@@ -212,6 +212,11 @@ def describe_export(path: str) -> str:
     return "\n".join(lines)
 
 
+def load_trained_config(model_dir: str) -> dict:
+    """The run's resolved training settings (config.json "training")."""
+    return Run(model_dir).read_config().get("training") or {}
+
+
 def export_run(
     model_dir: str,
     export_dir: str,
@@ -225,9 +230,21 @@ def export_run(
     average_last: int = AVERAGE_LAST,
     use_best: bool = False,
     attention_layer: int | None = None,
+    ema: bool = True,
 ) -> str:
-    """Load the run in `model_dir` (averaging the last K checkpoints) and export it."""
-    model, tokenizer, _ = load_trained(model_dir, average_last=average_last, use_best=use_best)
+    """Load the run in `model_dir` (averaging the last K checkpoints) and export it.
+
+    Checkpoints holding moving averages of the weights (--ema-decay) contribute those, unless
+    `ema` is False (the raw weights). best/ holds only the weights that were validated.
+    """
+    if use_best and not ema and load_trained_config(model_dir).get("ema_decay"):
+        raise ExportError(
+            f"--best --no-ema: {model_dir}/best holds only the averaged weights that were "
+            "validated (the run used --ema-decay); drop --best to export raw weights"
+        )
+    model, tokenizer, _ = load_trained(
+        model_dir, average_last=average_last, use_best=use_best, ema=ema
+    )
     translator = Translator(
         model,
         tokenizer,

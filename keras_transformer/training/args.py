@@ -35,6 +35,9 @@ PAPER_UPDATE_TOKENS, SMALL_UPDATE_TOKENS = 25000, 4096
 # A corpus with at least this many pairs gets the paper's recipe (WMT14: 4.5M pairs).
 LARGE_CORPUS = 1_000_000
 SMALL_CORPUS_EPOCHS = 20
+# The model flags' values when neither the user nor a fine-tuned run (--init-from) sets them.
+DEFAULT_PRESET = "small"
+DEFAULT_SPM_MODEL_TYPE = "bpe"
 
 
 def flag(default: Any = None, help: str = "", choices=None, auto: str = "") -> Any:  # noqa: A002
@@ -47,7 +50,9 @@ class TrainArgs:
     """The flags of train.py (DESIGN.md section 8); `None` means "resolved automatically"."""
 
     model_dir: str = flag("runs/multi30k-en-de", "checkpoints, tokenizer, config.json, logs")
-    preset: str = flag("small", "model size (paper Table 3: base, big)", tuple(PRESETS))
+    preset: str | None = flag(
+        None, "model size (paper Table 3: base, big)", tuple(PRESETS), auto=DEFAULT_PRESET
+    )
     src_lang: str = flag("en", "source language")
     tgt_lang: str = flag("de", "target language")
     dataset: str = flag(
@@ -94,7 +99,9 @@ class TrainArgs:
     vocab_size: int | None = flag(
         None, "joint SentencePiece vocabulary", auto="8000; 37000 for a large corpus"
     )
-    spm_model_type: str = flag("bpe", "SentencePiece model type", ("bpe", "unigram"))
+    spm_model_type: str | None = flag(
+        None, "SentencePiece model type", ("bpe", "unigram"), auto=DEFAULT_SPM_MODEL_TYPE
+    )
     batch_tokens: int | None = flag(
         None,
         "padded tokens per micro-batch, all replicas (an update is --accum-steps of them)",
@@ -145,6 +152,24 @@ class TrainArgs:
     )
     label_smoothing: float | None = flag(None, "epsilon_ls", auto="0.1")
     jit_compile: bool = flag(False, "XLA (measure first: slower on CPU)")
+    # -- fine-tuning and weight averaging (training.fine_tune, training.ema) --
+    init_from: str | None = flag(
+        None,
+        "fine-tune: a run directory whose model configuration, SentencePiece model and "
+        "weights (its best/) this new run starts from; optimizer, step and schedule are new",
+    )
+    init_checkpoint: str | None = flag(
+        None, "with --init-from: the weights of this checkpoint instead of best/"
+    )
+    init_average_last: int | None = flag(
+        None, "with --init-from: the mean of its last K checkpoints instead of best/"
+    )
+    ema_decay: float | None = flag(
+        None,
+        "keep an exponential moving average of the weights with this decay (e.g. 0.999); "
+        "validation BLEU, best/ and export use it",
+        auto="off",
+    )
     seed: int = flag(0, "seed of the weights, the data order and dropout")
     verbose: int | None = flag(
         None, "Keras fit verbosity", (0, 1, 2), auto="1 on a terminal, else 2"
@@ -164,6 +189,7 @@ FIXED_ON_RESUME = (
     "warmup_steps", "lr_scale", "dropout_rate", "label_smoothing", "steps_per_epoch", "seed",
     "batch_tokens", "accum_steps",
     "train_weights", "tag_corpus", "subword_alpha",
+    "init_from", "init_checkpoint", "init_average_last", "ema_decay",
 )  # fmt: skip
 
 
@@ -208,6 +234,22 @@ def validate(args: TrainArgs) -> None:
             )
     training_corpora(args)
     check_subword_alpha(args)
+    validate_init_and_ema(args)
+
+
+def validate_init_and_ema(args: TrainArgs) -> None:
+    """The fine-tuning (--init-*) and --ema-decay flags."""
+    if args.ema_decay is not None and not 0.0 < args.ema_decay < 1.0:
+        raise ConfigError(f"--ema-decay must be in (0, 1), e.g. 0.999, got {args.ema_decay!r}")
+    for name in ("init_checkpoint", "init_average_last"):
+        if getattr(args, name) is not None and args.init_from is None:
+            raise ConfigError(f"{option(name)} needs --init-from RUN_DIR (the run to fine-tune)")
+    if args.init_checkpoint is not None and args.init_average_last is not None:
+        raise ConfigError("give --init-checkpoint or --init-average-last, not both")
+    if args.init_average_last is not None and args.init_average_last < 1:
+        raise ConfigError(
+            f"--init-average-last must be a positive integer, got {args.init_average_last!r}"
+        )
 
 
 def check_resume(args: TrainArgs, saved: dict, config_path: str) -> None:
@@ -238,6 +280,8 @@ def resolve(
     """
     large = num_pairs is None or num_pairs >= LARGE_CORPUS
     out = TrainSettings(**dataclasses.asdict(args))
+    out.preset = args.preset or DEFAULT_PRESET
+    out.spm_model_type = args.spm_model_type or DEFAULT_SPM_MODEL_TYPE
     out.vocab_size = args.vocab_size or (37000 if large else 8000)
     split_update(out, PAPER_UPDATE_TOKENS if large else SMALL_UPDATE_TOKENS, replicas)
     if out.steps_per_epoch is None:
@@ -247,7 +291,7 @@ def resolve(
     if args.epochs is not None:
         out.train_steps = args.epochs * out.steps_per_epoch
     elif out.train_steps is None:
-        paper_steps = 300_000 if args.preset == "big" else 100_000
+        paper_steps = 300_000 if out.preset == "big" else 100_000
         out.train_steps = paper_steps if large else SMALL_CORPUS_EPOCHS * out.steps_per_epoch
     out.epochs = None
     if out.warmup_steps is None:
@@ -256,7 +300,7 @@ def resolve(
         )
     if out.lr_scale is None:
         out.lr_scale = 1.0 if large else 0.8
-    preset_dropout = PRESETS[args.preset]["dropout_rate"]
+    preset_dropout = PRESETS[out.preset]["dropout_rate"]
     if out.dropout_rate is None:
         out.dropout_rate = preset_dropout if large else max(preset_dropout, 0.2)
     if out.label_smoothing is None:

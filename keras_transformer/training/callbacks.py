@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import time
@@ -164,8 +165,10 @@ class BleuEvaluation(keras.callbacks.Callback):
 
     Keeps the best weights and their score in `best_dir`, logs `val_bleu` (TensorBoard and
     metrics.jsonl) and stops training after `patience` evaluations without improvement
-    (0: never stops early). The best score and the count of evaluations without gain are
-    variables (`self.progress`), saved with the training checkpoints, so a resumed run
+    (0: never stops early). `averaged()`, when given, is a context manager under which the
+    model holds the weights to validate (the moving averages of --ema-decay): those are
+    translated and saved to `best_dir`. The best score and the count of evaluations without
+    gain are variables (`self.progress`), saved with the training checkpoints, so a resumed run
     neither overwrites `best/` with a worse model nor forgets its patience.
 
     In a multi-worker run every worker holds this callback; only the chief translates
@@ -188,8 +191,10 @@ class BleuEvaluation(keras.callbacks.Callback):
         patience: int = 0,
         batch_size: int = 64,
         strategy: tf.distribute.Strategy | None = None,
+        averaged=None,
     ):
         super().__init__()
+        self.averaged = averaged or contextlib.nullcontext
         self.translate_fn, self.sources, self.references = translate_fn, sources, references
         self.every, self.state, self.transformer = every, state, model
         self.guard: NonFiniteLossGuard | None = None  # no evaluation after a NaN/Inf loss
@@ -245,10 +250,14 @@ class BleuEvaluation(keras.callbacks.Callback):
 
     def _judge(self, logs) -> bool:
         """Evaluate (chief) and return True when patience has run out."""
-        step = self.state.step
-        bleu = self.evaluate()["bleu"] if self.translate_fn is not None else None
-        if bleu is None:
+        if self.translate_fn is None:
             return False
+        with self.averaged():
+            return self._judge_weights(logs)
+
+    def _judge_weights(self, logs) -> bool:
+        step = self.state.step
+        bleu = self.evaluate()["bleu"]
         self.last_bleu = bleu
         if logs is not None:
             logs["val_bleu"] = bleu

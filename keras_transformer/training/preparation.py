@@ -26,6 +26,7 @@ from keras_transformer.data.tokenizer import TooManyPieces
 from keras_transformer.files import write_atomic
 from keras_transformer.run_dir import CONFIG_FILE, Run
 from keras_transformer.training.args import (
+    DEFAULT_SPM_MODEL_TYPE,
     ConfigError,
     TrainArgs,
     TrainSettings,
@@ -35,6 +36,7 @@ from keras_transformer.training.args import (
     tagged_corpora,
     training_corpora,
 )
+from keras_transformer.training.fine_tune import Source
 
 
 def load_data(args: TrainArgs):
@@ -106,13 +108,21 @@ def check_workers(run_dir: Run) -> None:
 
 
 def new_settings(run_dir: Run, args: TrainArgs, train, replicas: int = 1):
-    """Resolve the automatic settings from the corpus, train the tokenizer, write both."""
+    """Resolve the automatic settings from the corpus, train the tokenizer, write both.
 
+    A fine-tuned run (--init-from) takes its model configuration and tokenizer from the
+    source run instead (`fine_tune.Source`) and records where it started from.
+    """
+    source = None
+    if args.init_from is not None:
+        source, args = Source.of(args)
     tokenizers: dict[int, SubwordTokenizer] = {}
 
     def tokenizer_for(vocab_size: int) -> SubwordTokenizer:
         if vocab_size not in tokenizers:
-            tokenizers[vocab_size] = train_tokenizer(train, vocab_size, args)
+            tokenizers[vocab_size] = (
+                source.tokenizer() if source else train_tokenizer(train, vocab_size, args)
+            )
         return tokenizers[vocab_size]
 
     def batches_per_pass(vocab_size: int, batch_tokens: int) -> int:
@@ -124,17 +134,21 @@ def new_settings(run_dir: Run, args: TrainArgs, train, replicas: int = 1):
         args, num_pairs=train.num_pairs, batches_per_pass=batches_per_pass, replicas=replicas
     )
     tokenizer = tokenizer_for(settings.vocab_size)
-    model_config = TransformerConfig.preset(
-        settings.preset,
-        vocab_size=tokenizer.vocab_size,
-        max_length=max(settings.max_length, 256),
-        dropout_rate=settings.dropout_rate,
-        label_smoothing=settings.label_smoothing,
-    )
+    if source is not None:
+        model_config = source.model_config(settings.dropout_rate, settings.label_smoothing)
+    else:
+        model_config = TransformerConfig.preset(
+            settings.preset,
+            vocab_size=tokenizer.vocab_size,
+            max_length=max(settings.max_length, 256),
+            dropout_rate=settings.dropout_rate,
+            label_smoothing=settings.label_smoothing,
+        )
     run_dir.save_tokenizer(tokenizer)  # before config.json: other workers wait for config.json
-    run_dir.write_config(
-        {"model": model_config.to_dict(), "training": dataclasses.asdict(settings)}
-    )
+    config = {"model": model_config.to_dict(), "training": dataclasses.asdict(settings)}
+    if source is not None:
+        config["init"] = source.record()
+    run_dir.write_config(config)
     return settings, tokenizer
 
 
@@ -163,12 +177,13 @@ def train_tokenizer(train, vocab_size: int, args: TrainArgs) -> SubwordTokenizer
             yield src.decode("utf-8")
             yield tgt.decode("utf-8")
 
-    print(f"training a {vocab_size}-piece {args.spm_model_type} SentencePiece model", flush=True)
+    model_type = args.spm_model_type or DEFAULT_SPM_MODEL_TYPE
+    print(f"training a {vocab_size}-piece {model_type} SentencePiece model", flush=True)
     try:
         proto = train_sentencepiece(
             sentences(),
             vocab_size,
-            model_type=args.spm_model_type,
+            model_type=model_type,
             seed=args.seed,
             user_symbols=(TAG,) if args.tag_corpus else (),
         )

@@ -16,6 +16,7 @@ from keras_transformer.model import Transformer
 from keras_transformer.optimization import paper_optimizer
 from keras_transformer.run_dir import LOG_DIR, Run
 from keras_transformer.training import callbacks as cb
+from keras_transformer.training import ema, fine_tune
 from keras_transformer.training.args import (
     INITIAL_LOSS_SCALE,
     TrainArgs,
@@ -63,10 +64,15 @@ def train(args: TrainArgs) -> dict:
         data_next=model.data_next,
         rng=seed_states(model.transformer),
         bleu=bleu.progress,
+        **ema.checkpoint_items(model.optimizer),  # the moving averages of --ema-decay
     )
     manager = own.checkpoint_manager(checkpoint, max_to_keep=settings.keep_checkpoints)
     guard.manager = manager
-    restore(checkpoint, shared, manager, model, bleu, metrics)
+    if not restore(checkpoint, shared, manager, model, bleu, metrics) and settings.init_from:
+        # a fine-tuned run without a checkpoint of its own starts from its source's weights
+        fine_tune.initialize(
+            model.transformer, shared.read_config()["init"], keep=seed_states(model.transformer)
+        )
     if _step(model) >= settings.train_steps:
         print(f"already at step {_step(model)} >= --train-steps {settings.train_steps}", flush=True)
         return summarize(shared, settings, model, bleu)
@@ -106,7 +112,9 @@ def build_model(config: TransformerConfig, settings: TrainSettings) -> TrainingM
     """The Transformer inside a TrainingModel, compiled with the paper's optimizer (under
     mixed_float16 inside Keras' LossScaleOptimizer, starting at `--initial-loss-scale`)."""
     model = TrainingModel(Transformer(config), accum_steps=settings.accum_steps)
-    optimizer = paper_optimizer(config.d_model, settings.warmup_steps, settings.lr_scale)
+    optimizer = paper_optimizer(
+        config.d_model, settings.warmup_steps, settings.lr_scale, ema_decay=settings.ema_decay
+    )
     if settings.precision == "mixed_float16":  # what compile would wrap, with our start scale
         optimizer = keras.optimizers.LossScaleOptimizer(
             optimizer,
@@ -137,8 +145,8 @@ def validation_batches(valid, tokenizer, settings: TrainSettings) -> tf.data.Dat
     return batches.apply(tf.data.experimental.assert_cardinality(count))
 
 
-def restore(checkpoint, shared: Run, manager, model, bleu, metrics) -> None:
-    """Resume from the chief's newest checkpoint, on every worker.
+def restore(checkpoint, shared: Run, manager, model, bleu, metrics) -> bool:
+    """Resume from the chief's newest checkpoint, on every worker; False when there is none.
 
     The chief's checkpoints are the truth: a worker killed between the chief's save and its
     own would otherwise restart from another step (and call collectives at other steps).
@@ -147,7 +155,7 @@ def restore(checkpoint, shared: Run, manager, model, bleu, metrics) -> None:
     """
     paths = shared.checkpoints()
     if not paths:
-        return
+        return False
     try:
         checkpoint.restore(paths[-1]).assert_existing_objects_matched()
     except (AssertionError, ValueError, tf.errors.OpError) as err:
@@ -164,6 +172,7 @@ def restore(checkpoint, shared: Run, manager, model, bleu, metrics) -> None:
     scale = getattr(model.optimizer, "dynamic_scale", None)
     scale = f" (loss scale {float(scale.numpy()):g})" if scale is not None else ""
     print(f"resumed from {paths[-1]} at step {_step(model)}{scale}", flush=True)
+    return True
 
 
 def seed_states(model) -> list:
@@ -195,6 +204,7 @@ def make_bleu_callback(settings, model, tokenizer, valid, shared: Run, chief, st
         log_dir=shared.path(LOG_DIR),
         patience=settings.patience,
         strategy=strategy,
+        averaged=lambda: ema.swapped(model.transformer, model.optimizer),
     )
 
 

@@ -131,6 +131,14 @@ def test_user_values_win_over_automatic_ones():
             {"initial_loss_scale": 0.5, "precision": "mixed_float16"},
             r"--initial-loss-scale must be in \[1, 2\*\*100\), got 0\.5",
         ),
+        ({"ema_decay": 1.0}, r"--ema-decay must be in \(0, 1\)"),
+        ({"ema_decay": 0.0}, r"--ema-decay must be in \(0, 1\)"),
+        ({"init_average_last": 2}, r"--init-average-last needs --init-from"),
+        ({"init_from": "r", "init_average_last": 0}, r"--init-average-last must be a positive"),
+        (
+            {"init_from": "r", "init_average_last": 2, "init_checkpoint": "c"},
+            r"--init-checkpoint or --init-average-last, not both",
+        ),
     ],
 )
 def test_bad_values_name_the_flag(changes, message):
@@ -139,13 +147,17 @@ def test_bad_values_name_the_flag(changes, message):
 
 
 def test_a_resume_refuses_changed_schedule_and_model_flags():
-    saved = dataclasses.asdict(TrainArgs(warmup_steps=800, lr_scale=0.8, dropout_rate=0.2))
+    saved = dataclasses.asdict(
+        TrainArgs(preset="small", warmup_steps=800, lr_scale=0.8, dropout_rate=0.2, ema_decay=0.9)
+    )
     check_resume(TrainArgs(), saved, "run/config.json")  # unset flags keep the saved values
     check_resume(TrainArgs(warmup_steps=800, train_steps=99), saved, "run/config.json")
     with pytest.raises(ConfigError, match=r"--lr-scale 1\.0 differs from 0\.8 in run/config\.json"):
         check_resume(TrainArgs(lr_scale=1.0), saved, "run/config.json")
     with pytest.raises(ConfigError, match=r"--preset base differs from small"):
         check_resume(TrainArgs(preset="base"), saved, "run/config.json")
+    with pytest.raises(ConfigError, match=r"--ema-decay 0\.99 differs from 0\.9"):
+        check_resume(TrainArgs(ema_decay=0.99), saved, "run/config.json")
 
 
 @pytest.mark.parametrize(

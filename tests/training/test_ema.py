@@ -1,0 +1,188 @@
+"""--ema-decay: the moving average of the weights (training.ema, optimization.AveragingAdam)."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_transformer as kt
+from keras_transformer.run_dir import EMA_KEY, Run, load_trained
+from keras_transformer.training import ema
+from keras_transformer.training.step import TrainingModel
+from keras_transformer.training.strategy import set_precision
+from tests.cli_contract import run_command
+from tests.training.small_corpus import run_train, write_corpus
+from tests.training.test_trainer import SkipFirstSteps
+
+DECAY = 0.6
+
+
+def batches():
+    rng = np.random.default_rng(0)
+    src = rng.integers(4, 40, size=(4, 7)).astype("int32")
+    tgt = rng.integers(4, 40, size=(4, 6)).astype("int32")
+    return tf.data.Dataset.from_tensors(((src, tgt), tgt)).repeat()
+
+
+class Recorder(keras.callbacks.Callback):
+    """The trainable weights after every applied update (skipped float16 steps left out)."""
+
+    def __init__(self):
+        super().__init__()
+        self.weights, self.step = [], 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        step = int(self.model.optimizer.iterations.numpy())
+        if step > self.step:
+            self.step = step
+            self.weights.append([v.numpy().copy() for v in self.model.trainable_variables])
+
+
+def closed_form(history, decay):
+    """EMA after n updates w_1..w_n (the first update copies the weights):
+    decay^(n-1) w_1 + sum over k = 2..n of (1 - decay) decay^(n-k) w_k."""
+    n = len(history)
+    return [
+        decay ** (n - 1) * history[0][i]
+        + sum((1 - decay) * decay ** (n - k) * history[k - 1][i] for k in range(2, n + 1))
+        for i in range(len(history[0]))
+    ]
+
+
+def train_tiny(model_class, precision, steps):
+    set_precision(precision)
+    transformer = kt.Transformer(kt.TransformerConfig.preset("tiny", vocab_size=40))
+    model = model_class(transformer)
+    model.compile(
+        optimizer=kt.paper_optimizer(64, 10, ema_decay=DECAY), loss=kt.LabelSmoothedCrossEntropy()
+    )
+    recorder = Recorder()
+    model.fit(batches(), steps_per_epoch=steps, epochs=1, verbose=0, callbacks=[recorder])
+    return model, recorder.weights
+
+
+@pytest.mark.parametrize(
+    "model_class, precision, steps, updates",
+    [(TrainingModel, "float32", 5, 5), (SkipFirstSteps, "mixed_float16", 7, 4)],
+    ids=["float32", "float16-skipped-steps"],
+)
+def test_the_average_after_n_updates_is_the_closed_form(model_class, precision, steps, updates):
+    model, history = train_tiny(model_class, precision, steps)
+    assert len(history) == updates  # float16: 3 skipped steps do not move the average
+    averages = [v.numpy() for v in ema.averages(model.optimizer)]
+    for got, want in zip(averages, closed_form(history, DECAY)):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    # fit leaves the raw weights in the model (Keras would overwrite them with the average)
+    raw = [v.numpy() for v in model.transformer.trainable_variables]
+    for got, want in zip(raw, history[-1]):
+        np.testing.assert_array_equal(got, want)
+    assert max(float(np.abs(a - b).max()) for a, b in zip(raw, averages)) > 1e-4
+
+
+def test_swapped_puts_the_raw_weights_back_bit_for_bit():
+    model, history = train_tiny(TrainingModel, "float32", 3)
+    averages = [v.numpy() for v in ema.averages(model.optimizer)]
+    with ema.swapped(model.transformer, model.optimizer):
+        for variable, average in zip(model.transformer.trainable_variables, averages):
+            np.testing.assert_array_equal(variable.numpy(), average)
+    for variable, raw in zip(model.transformer.trainable_variables, history[-1]):
+        np.testing.assert_array_equal(variable.numpy(), raw)
+
+
+# -- train.py and export.py --------------------------------------------------------------------
+
+RUN = ("--steps-per-epoch", "4", "--checkpoint-every", "2", "--eval-every", "4",
+       "--log-every", "2", "--ema-decay", "0.9")  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def ema_runs(tmp_path_factory, multi30k_dir):
+    """(left alone, stopped at step 6 mid-epoch and resumed): 12 steps with --ema-decay."""
+    base = tmp_path_factory.mktemp("ema")
+    data = write_corpus(base / "data", multi30k_dir, 0, 600)
+    alone, resumed = base / "alone", base / "resumed"
+    run_train(alone, *data, *RUN, "--train-steps", "12")
+    run_train(resumed, *data, *RUN, "--train-steps", "6")
+    out = run_train(resumed, *data, *RUN, "--train-steps", "12")
+    assert "resumed from" in out.stdout and "at step 6" in out.stdout
+    return alone, resumed
+
+
+def checkpoint_tensors(path) -> dict:
+    reader = tf.train.load_checkpoint(path)
+    return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
+
+
+@pytest.mark.slow
+def test_resume_with_ema_equals_an_uninterrupted_run(ema_runs):
+    alone, resumed = (checkpoint_tensors(Run(str(d)).checkpoints()[-1]) for d in ema_runs)
+    averaged = [n for n in alone if n.startswith(f"{EMA_KEY}/")]
+    assert len(averaged) == len(load_trained(str(ema_runs[0]))[0].trainable_variables)
+    assert set(alone) == set(resumed)
+    for name, value in alone.items():
+        if name == "_CHECKPOINTABLE_OBJECT_GRAPH":
+            continue
+        if value.dtype.kind == "f":
+            np.testing.assert_allclose(resumed[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
+        else:
+            np.testing.assert_array_equal(resumed[name], value, err_msg=name)
+
+
+def exported_arrays(path) -> list:
+    reader = tf.train.load_checkpoint(f"{path}/variables/variables")
+    names = [n for n in reader.get_variable_to_shape_map() if n != "_CHECKPOINTABLE_OBJECT_GRAPH"]
+    return [reader.get_tensor(n) for n in names]
+
+
+def contains(arrays, value) -> bool:
+    return any(a.shape == value.shape and np.array_equal(a, value) for a in arrays)
+
+
+@pytest.mark.slow
+def test_export_takes_the_averages_unless_no_ema(ema_runs, tmp_path):
+    run_dir = str(ema_runs[0])
+    last = Run(run_dir).checkpoints()[-1]
+    reader = tf.train.load_checkpoint(last)
+    raw_model, _, _ = load_trained(run_dir, ema=False)
+    averaged_model, _, _ = load_trained(run_dir)
+    for i, variable in enumerate(averaged_model.trainable_variables):
+        np.testing.assert_array_equal(
+            variable.numpy(), reader.get_tensor(f"{EMA_KEY}/{i}/.ATTRIBUTES/VARIABLE_VALUE")
+        )
+    # the largest variable, the (V, d_model) embedding: compared with what export.py wrote
+    embedding = int(np.argmax([np.prod(v.shape) for v in raw_model.trainable_variables]))
+    raw = raw_model.trainable_variables[embedding].numpy()
+    averaged = averaged_model.trainable_variables[embedding].numpy()
+    assert float(np.abs(raw - averaged).max()) > 1e-4
+    paths = {}
+    for name, flags in (("ema", []), ("raw", ["--no-ema"])):
+        out = run_command(
+            ["export.py", "--model-dir", run_dir, "--export-dir", str(tmp_path / name),
+             "--average-last", "1", *flags]
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr.decode()[-2000:]
+        paths[name] = str(tmp_path / name / "transformer" / "1")
+    ema_arrays, raw_arrays = exported_arrays(paths["ema"]), exported_arrays(paths["raw"])
+    assert contains(ema_arrays, averaged) and not contains(ema_arrays, raw)
+    assert contains(raw_arrays, raw) and not contains(raw_arrays, averaged)
+
+
+@pytest.mark.slow
+def test_best_holds_the_averaged_weights_that_were_validated(ema_runs):
+    run = Run(str(ema_runs[0]))
+    best = run.checkpoints(best=True)[-1]
+    saved = run.path(f"checkpoints/ckpt-{best.rsplit('-', 1)[1]}")  # the same step's checkpoint
+    assert saved in run.checkpoints()
+    best_model, _ = run.load_model(best=True)
+    reader = tf.train.load_checkpoint(saved)
+    for i, variable in enumerate(best_model.trainable_variables):
+        average = reader.get_tensor(f"{EMA_KEY}/{i}/.ATTRIBUTES/VARIABLE_VALUE")
+        np.testing.assert_array_equal(variable.numpy(), average)
+    raw_model, _ = run.load_model()
+    run.restore_average(raw_model, [saved], ema=False)
+    assert any(
+        not np.array_equal(a.numpy(), b.numpy())
+        for a, b in zip(raw_model.trainable_variables, best_model.trainable_variables)
+    )

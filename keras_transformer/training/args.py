@@ -436,7 +436,7 @@ def check_subword_alpha(args: TrainArgs) -> None:
         return
     if not math.isfinite(alpha) or alpha < 0:
         raise ConfigError(f"--subword-alpha must be >= 0, got {alpha!r}")
-    if args.spm_model_type == "bpe" and alpha >= 1:
+    if (args.spm_model_type or DEFAULT_SPM_MODEL_TYPE) == "bpe" and alpha >= 1:
         raise ConfigError(
             f"--subword-alpha {alpha} is a BPE-dropout probability for --spm-model-type bpe: "
             "give a value in [0, 1)"

@@ -2,8 +2,6 @@
 proportions (statistically), tags, and an exact restart of the mixed training stream."""
 
 import collections
-import gzip
-import os
 
 import numpy as np
 import pytest
@@ -17,7 +15,7 @@ from keras_transformer.data import (
 )
 from keras_transformer.data.mixing import TAG, MixedText, quotas
 from keras_transformer.data.pipeline import stream_position
-from tests.data.test_pipeline import assert_same_batches, stream, tagged
+from tests.data.test_pipeline import assert_same_batches, read_multi30k, stream, tagged
 
 
 def write_corpus(folder, name, lines):
@@ -31,11 +29,9 @@ def corpora(tmp_path_factory, multi30k_dir):
     """Two file corpora cut from Multi30k's validation set (600 and 414 pairs) and a
     SentencePiece model with the tag symbol, trained on them."""
 
-    def read(name):
-        with gzip.open(os.path.join(multi30k_dir, name), "rt", encoding="utf-8") as handle:
-            return [line.strip() for line in handle]
-
-    pairs = list(zip(read("val.en.gz"), read("val.de.gz")))
+    pairs = list(
+        zip(read_multi30k(multi30k_dir, "val.en.gz"), read_multi30k(multi30k_dir, "val.de.gz"))
+    )
     folder = tmp_path_factory.mktemp("mix")
     a, b = write_corpus(folder, "a", pairs[:600]), write_corpus(folder, "b", pairs[600:])
     sentences = [s for pair in pairs for s in pair]

@@ -19,14 +19,19 @@ from keras_transformer.data import (
 from keras_transformer.data.pipeline import split_position, stream_position
 
 
+def read_multi30k(multi30k_dir, name):
+    """The stripped lines of one of Multi30k's gzipped files."""
+    with gzip.open(os.path.join(multi30k_dir, name), "rt", encoding="utf-8") as handle:
+        return [line.strip() for line in handle]
+
+
 @pytest.fixture(scope="module")
 def setup(multi30k_dir):
-    def read(name):
-        with gzip.open(os.path.join(multi30k_dir, name), "rt", encoding="utf-8") as handle:
-            return [line.strip() for line in handle]
-
     tokenizer = SubwordTokenizer(
-        train_sentencepiece(read("train.en.gz") + read("train.de.gz"), 2000)
+        train_sentencepiece(
+            read_multi30k(multi30k_dir, "train.en.gz") + read_multi30k(multi30k_dir, "train.de.gz"),
+            2000,
+        )
     )
     pairs = load_parallel("multi30k", "validation", "en", "de", data_dir=multi30k_dir)
     return tokenizer, pairs

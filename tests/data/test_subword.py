@@ -3,8 +3,6 @@ function of (seed, pass) only, follow the model's own sampling on average, and a
 sampler) is the deterministic pipeline."""
 
 import collections
-import gzip
-import os
 
 import numpy as np
 import pytest
@@ -19,6 +17,7 @@ from tests.data.test_pipeline import (
     assert_same_batches,
     expected_rows,
     pair_rows,
+    read_multi30k,
     stream,
     tagged,
 )
@@ -26,11 +25,7 @@ from tests.data.test_pipeline import (
 
 @pytest.fixture(scope="module")
 def text(multi30k_dir):
-    def read(name):
-        with gzip.open(os.path.join(multi30k_dir, name), "rt", encoding="utf-8") as handle:
-            return [line.strip() for line in handle]
-
-    return read("val.en.gz"), read("val.de.gz")
+    return read_multi30k(multi30k_dir, "val.en.gz"), read_multi30k(multi30k_dir, "val.de.gz")
 
 
 @pytest.fixture(scope="module", params=["bpe", "unigram"])

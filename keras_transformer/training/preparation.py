@@ -31,11 +31,9 @@ from keras_transformer.training.args import (
     TrainArgs,
     TrainSettings,
     check_resume,
-    corpus_weights,
     resolve,
-    tagged_corpora,
-    training_corpora,
 )
+from keras_transformer.training.corpora import corpus_weights, tagged_corpora, training_corpora
 from keras_transformer.training.fine_tune import Source
 
 

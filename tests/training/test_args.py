@@ -190,7 +190,7 @@ def test_flags_are_parsed_and_checked_before_tensorflow_loads(argv, status):
 def test_several_training_corpora_from_the_lists():
     """files stands for every --train-src/--train-tgt pair, in the place it has in
     --dataset; weights and tags follow that order."""
-    from keras_transformer.training.args import corpus_weights, tagged_corpora, training_corpora
+    from keras_transformer.training.corpora import corpus_weights, tagged_corpora, training_corpora
 
     args = train.parse_args(
         ["--dataset", "multi30k,files", "--train-src", "a.en, b.en", "--train-tgt", "a.de,b.de",

@@ -41,11 +41,11 @@ def train(args: TrainArgs) -> dict:
     strategy = make_strategy(args.strategy)  # first: collective ops are set up at startup
     keras.utils.set_random_seed(args.seed)  # before any tokenizer: it clears the kernel cache
     chief = is_chief(strategy)
+    task = None if chief else _task_id(strategy)
     shared = Run(args.model_dir)  # the chief's directory: config.json, spm.model, checkpoints
-    own = shared if chief else Run(os.path.join(args.model_dir, f"worker_{_task_id(strategy)}"))
+    own = shared if chief else Run(os.path.join(args.model_dir, f"worker_{task}"))
     train_data, valid = load_data(args)
     print(f"train: {train_data.report()}\nvalidation: {valid.report()}", flush=True)
-    task = None if chief else _task_id(strategy)
     settings, tokenizer = settle(shared, args, train_data, task, strategy.num_replicas_in_sync)
     print(f"settings (config.json):\n{describe(settings, args)}", flush=True)
     check_tag_symbol(tokenizer, settings)
@@ -57,15 +57,7 @@ def train(args: TrainArgs) -> dict:
     metrics = cb.MetricsLogger(own, cb.StepState(model), settings.log_every, chief)
     bleu = make_bleu_callback(settings, model, tokenizer, valid, shared, chief, strategy, metrics)
     bleu.guard = guard
-    checkpoint = tf.train.Checkpoint(
-        model=model.transformer,
-        optimizer=model.optimizer,
-        data_position=model.data_position,
-        data_next=model.data_next,
-        rng=seed_states(model.transformer),
-        bleu=bleu.progress,
-        **ema.checkpoint_items(model.optimizer),  # the moving averages of --ema-decay
-    )
+    checkpoint = training_checkpoint(model, bleu)
     manager = own.checkpoint_manager(checkpoint, max_to_keep=settings.keep_checkpoints)
     guard.manager = manager
     if not restore(checkpoint, shared, manager, model, bleu, metrics) and settings.init_from:
@@ -106,6 +98,20 @@ def train(args: TrainArgs) -> dict:
 
 
 # -- stages ---------------------------------------------------------------------------------
+
+
+def training_checkpoint(model: TrainingModel, bleu) -> tf.train.Checkpoint:
+    """Everything a resume restores: weights, optimizer (and loss scale), the data stream's
+    position, the dropout RNG, the BLEU bookkeeping and the moving averages of --ema-decay."""
+    return tf.train.Checkpoint(
+        model=model.transformer,
+        optimizer=model.optimizer,
+        data_position=model.data_position,
+        data_next=model.data_next,
+        rng=seed_states(model.transformer),
+        bleu=bleu.progress,
+        **ema.checkpoint_items(model.optimizer),
+    )
 
 
 def build_model(config: TransformerConfig, settings: TrainSettings) -> TrainingModel:

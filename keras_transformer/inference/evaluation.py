@@ -47,6 +47,17 @@ def check_output(path: str | None, flag: str = "--output") -> None:
         raise EvaluationError(f"{flag} {path} is not writable; choose another path")
 
 
+def write_lines(path: str, lines: list[str]) -> None:
+    """Write `lines` (without newlines) to `path`, or to stdout for "-"."""
+    text = "".join(line + "\n" for line in lines)
+    if path == "-":
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(text)
+
+
 def load_export(model_path: str, signature: str = "serving_default"):
     """A signature of an exported version directory, loaded with tensorflow_text's ops."""
     import tensorflow as tf

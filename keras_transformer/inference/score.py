@@ -54,6 +54,7 @@ def main(argv=None) -> int:
         length_order,
         load_export,
         read_lines,
+        write_lines,
     )
     from keras_transformer.inference.translate import flag_error
 
@@ -83,9 +84,7 @@ def main(argv=None) -> int:
         out = {name: value.numpy() for name, value in out.items()}
         for i, record in zip(rows, records(out, rows), strict=True):
             lines[i] = json.dumps(record, ensure_ascii=False)
-    sink = sys.stdout if args.output == "-" else open(args.output, "w", encoding="utf-8")
-    with sink:
-        sink.write("".join(line + "\n" for line in lines))
+    write_lines(args.output, lines)
     return 0
 
 

@@ -107,6 +107,7 @@ def main(argv=None) -> int:
         check_output,
         read_lines,
         translate_all,
+        write_lines,
     )
 
     try:
@@ -124,9 +125,7 @@ def main(argv=None) -> int:
     except (KerasTransformerError, OSError) as err:
         return flag_error("translate", err)
     texts, _ = translate_all(translate_fn, lines, args.batch_size, **options)
-    sink = sys.stdout if args.output == "-" else open(args.output, "w", encoding="utf-8")
-    with sink:
-        sink.write("".join(text + "\n" for text in texts))
+    write_lines(args.output, texts)
     return 0
 
 

@@ -126,7 +126,8 @@ class TrainArgs:
     train_steps: int | None = flag(
         None,
         "optimizer updates",
-        auto=f"{SMALL_CORPUS_EPOCHS} epochs; 100000 (big: 300000) for a large corpus",
+        auto=f"{SMALL_CORPUS_EPOCHS} epochs (counted without --subword-alpha's sampling); "
+        "100000 (big: 300000) for a large corpus",
     )
     steps_per_epoch: int | None = flag(
         None, "batches per epoch; each epoch reshuffles", auto="one pass over the corpus"
@@ -274,10 +275,13 @@ def resolve(
     4000, learning rate x1, the preset's dropout, 100k steps (big: 300k). A smaller corpus
     (Multi30k: 29k pairs) gets the recipe measured in the README's quality table: 8000
     pieces, 4096-token batches, dropout at least 0.2, learning rate x0.8, 20 epochs with
-    40% of them warming up. An update too large for `--micro-batch-memory` on each of the
+    40% of them warming up. With --subword-alpha the 20 epochs are counted at the
+    deterministic segmentation: the same updates (and time) as without, fewer passes over
+    the longer sampled sentences. An update too large for `--micro-batch-memory` on each of the
     `replicas` is accumulated from micro-batches (`split_update`).
-    `batches_per_pass(vocab_size, update_tokens)` counts (or estimates) the batches of one
-    pass over the corpus; it is only called when needed.
+    `batches_per_pass(vocab_size, update_tokens, sampled=True)` counts (or estimates) the
+    batches of one pass over the corpus (`sampled=False`: at the deterministic
+    segmentation); it is only called when needed.
     """
     large = num_pairs is None or num_pairs >= LARGE_CORPUS
     out = TrainSettings(**dataclasses.asdict(args))
@@ -285,15 +289,22 @@ def resolve(
     out.spm_model_type = args.spm_model_type or DEFAULT_SPM_MODEL_TYPE
     out.vocab_size = args.vocab_size or (37000 if large else 8000)
     split_update(out, PAPER_UPDATE_TOKENS if large else SMALL_UPDATE_TOKENS, replicas)
+    update_tokens = out.batch_tokens * out.accum_steps
     if out.steps_per_epoch is None:
-        out.steps_per_epoch = max(
-            1, batches_per_pass(out.vocab_size, out.batch_tokens * out.accum_steps)
-        )
+        out.steps_per_epoch = max(1, batches_per_pass(out.vocab_size, update_tokens))
+
+    def budget_pass() -> int:
+        # the small-corpus budget is 20 passes at the deterministic segmentation: sampled
+        # segmentations (--subword-alpha) are longer, so they make fewer passes in it
+        if not args.subword_alpha or args.steps_per_epoch is not None:
+            return out.steps_per_epoch
+        return max(1, batches_per_pass(out.vocab_size, update_tokens, sampled=False))
+
     if args.epochs is not None:
         out.train_steps = args.epochs * out.steps_per_epoch
     elif out.train_steps is None:
         paper_steps = 300_000 if out.preset == "big" else 100_000
-        out.train_steps = paper_steps if large else SMALL_CORPUS_EPOCHS * out.steps_per_epoch
+        out.train_steps = paper_steps if large else SMALL_CORPUS_EPOCHS * budget_pass()
     out.epochs = None
     if out.warmup_steps is None:
         out.warmup_steps = (

@@ -123,9 +123,9 @@ def new_settings(run_dir: Run, args: TrainArgs, train, replicas: int = 1):
             )
         return tokenizers[vocab_size]
 
-    def batches_per_pass(vocab_size: int, batch_tokens: int) -> int:
+    def batches_per_pass(vocab_size: int, batch_tokens: int, sampled: bool = True) -> int:
         tokenizer = tokenizer_for(vocab_size)
-        subword = subword_sampler(tokenizer, args.subword_alpha)
+        subword = subword_sampler(tokenizer, args.subword_alpha) if sampled else None
         return count_batches(train, tokenizer, batch_tokens, args.max_length, subword=subword)
 
     settings = resolve(

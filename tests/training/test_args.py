@@ -49,6 +49,31 @@ def test_small_corpus_gets_the_multi30k_recipe():
     assert out.checkpoint_every == 100 and out.eval_every == 220 and out.eval_sentences == 500
 
 
+def test_subword_sampling_keeps_the_small_corpus_update_budget():
+    # sampled segmentations are longer: a pass takes more batches, but the recipe's 20
+    # epochs (and warmup) stay those of the deterministic segmentation, i.e. the same time
+    calls = []
+
+    def batches_per_pass(vocab_size, update_tokens, sampled=True):
+        calls.append(sampled)
+        return 180 if sampled else 110
+
+    out = resolve(
+        TrainArgs(subword_alpha=0.05), num_pairs=29_000, batches_per_pass=batches_per_pass
+    )
+    assert sorted(calls) == [False, True]
+    assert (out.steps_per_epoch, out.train_steps, out.warmup_steps) == (180, 20 * 110, 900)
+    # a pass set by hand, or epochs asked for, count sampled passes
+    given = resolve(
+        TrainArgs(subword_alpha=0.05, steps_per_epoch=150), num_pairs=29_000, batches_per_pass=never
+    )
+    assert given.train_steps == 20 * 150
+    epochs = resolve(
+        TrainArgs(subword_alpha=0.05, epochs=3), num_pairs=29_000, batches_per_pass=batches_per_pass
+    )
+    assert epochs.train_steps == 3 * 180
+
+
 def test_large_corpus_gets_the_papers_recipe():
     for preset, steps, dropout in (("base", 100_000, 0.1), ("big", 300_000, 0.3)):
         args = TrainArgs(preset=preset, steps_per_epoch=1000)

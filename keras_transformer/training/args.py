@@ -289,27 +289,7 @@ def resolve(
     out.spm_model_type = args.spm_model_type or DEFAULT_SPM_MODEL_TYPE
     out.vocab_size = args.vocab_size or (37000 if large else 8000)
     split_update(out, PAPER_UPDATE_TOKENS if large else SMALL_UPDATE_TOKENS, replicas)
-    update_tokens = out.batch_tokens * out.accum_steps
-    if out.steps_per_epoch is None:
-        out.steps_per_epoch = max(1, batches_per_pass(out.vocab_size, update_tokens))
-
-    def budget_pass() -> int:
-        # the small-corpus budget is 20 passes at the deterministic segmentation: sampled
-        # segmentations (--subword-alpha) are longer, so they make fewer passes in it
-        if not args.subword_alpha or args.steps_per_epoch is not None:
-            return out.steps_per_epoch
-        return max(1, batches_per_pass(out.vocab_size, update_tokens, sampled=False))
-
-    if args.epochs is not None:
-        out.train_steps = args.epochs * out.steps_per_epoch
-    elif out.train_steps is None:
-        paper_steps = 300_000 if out.preset == "big" else 100_000
-        out.train_steps = paper_steps if large else SMALL_CORPUS_EPOCHS * budget_pass()
-    out.epochs = None
-    if out.warmup_steps is None:
-        out.warmup_steps = (
-            4000 if large else min(4000, max(100, int(round(0.4 * out.train_steps, -2))))
-        )
+    _resolve_schedule(out, args, large, batches_per_pass)
     if out.lr_scale is None:
         out.lr_scale = 1.0 if large else 0.8
     preset_dropout = PRESETS[out.preset]["dropout_rate"]
@@ -321,15 +301,38 @@ def resolve(
         out.precision = "float32"
     if out.initial_loss_scale is None and out.precision == "mixed_float16":
         out.initial_loss_scale = INITIAL_LOSS_SCALE
-    if out.checkpoint_every is None:
-        out.checkpoint_every = max(100, int(round(out.train_steps / 70, -2)))
-    if out.eval_every is None:
-        out.eval_every = max(out.steps_per_epoch, int(math.ceil(out.train_steps / 10)))
     if out.eval_sentences is None:
         out.eval_sentences = 500
     if out.subword_alpha is None:
         out.subword_alpha = 0.0
     return out
+
+
+def _resolve_schedule(out: TrainSettings, args: TrainArgs, large: bool, batches_per_pass) -> None:
+    """The steps: epoch, updates, warmup, checkpoint and validation cadence (`resolve`)."""
+    update_tokens = out.batch_tokens * out.accum_steps
+    if out.steps_per_epoch is None:
+        out.steps_per_epoch = max(1, batches_per_pass(out.vocab_size, update_tokens))
+    if args.epochs is not None:
+        out.train_steps = args.epochs * out.steps_per_epoch
+    elif out.train_steps is None and large:
+        out.train_steps = 300_000 if out.preset == "big" else 100_000
+    elif out.train_steps is None:
+        # 20 passes at the deterministic segmentation: sampled segmentations
+        # (--subword-alpha) are longer, so they make fewer passes in the same updates
+        budget_pass = out.steps_per_epoch
+        if args.subword_alpha and args.steps_per_epoch is None:
+            budget_pass = max(1, batches_per_pass(out.vocab_size, update_tokens, sampled=False))
+        out.train_steps = SMALL_CORPUS_EPOCHS * budget_pass
+    out.epochs = None
+    if out.warmup_steps is None:
+        out.warmup_steps = (
+            4000 if large else min(4000, max(100, int(round(0.4 * out.train_steps, -2))))
+        )
+    if out.checkpoint_every is None:
+        out.checkpoint_every = max(100, int(round(out.train_steps / 70, -2)))
+    if out.eval_every is None:
+        out.eval_every = max(out.steps_per_epoch, int(math.ceil(out.train_steps / 10)))
 
 
 def step_floats_per_token(preset: str, vocab_size: int, max_length: int) -> int:

@@ -211,7 +211,7 @@ def test_empty_batch():
 
 @pytest.mark.parametrize("vocab, count", [(8000, 8), (1000, 3), (300, 128), (6, 4)])
 def test_two_stage_top_k_equals_top_k(vocab, count):
-    from keras_transformer.inference.search import _row_top_k
+    from keras_transformer.inference.candidates import row_top_k as _row_top_k
 
     rng = np.random.default_rng(vocab)
     logits = rng.normal(size=(5, vocab)).astype(np.float32)
@@ -530,3 +530,110 @@ def test_stopping_at_the_nth_best_equals_the_exhaustive_search(max_beam, alpha):
                 np.testing.assert_allclose(scores[i, :n], full_scores[i, :n], atol=1e-6)
             saved += full_steps - steps
     assert saved > 0
+
+
+def two_token_model(seed, vocab, sentences):
+    """A random model over `vocab` tokens whose logits depend on the last two tokens, the
+    step and the sentence (a "sentence" bias), and a batch for it with per-sentence max
+    lengths and prefixes: (step_fn, cache(), max_lengths, prefix)."""
+    rng = np.random.default_rng(seed)
+    table = tf.constant(rng.normal(scale=rng.uniform(0.5, 3.0), size=(vocab, vocab)), tf.float32)
+    bias = rng.normal(scale=2.0, size=(sentences, vocab)).astype(np.float32)
+    bias[:, EOS] += rng.uniform(-1.0, 2.5)
+    later_eos = 0.1 * tf.one_hot(EOS, vocab)
+
+    def step_fn(ids, step, cache):
+        per_sentence = cache["sentence"]["bias"]
+        rows = tf.repeat(per_sentence, tf.shape(ids)[0] // tf.shape(per_sentence)[0], axis=0)
+        logits = tf.gather(table, ids) + 0.5 * tf.gather(table, cache["decoder"]["prev"])
+        logits += rows + tf.cast(step, tf.float32) * later_eos
+        return logits, {"decoder": {"prev": ids}, "sentence": cache["sentence"]}
+
+    def cache():
+        return {
+            "decoder": {"prev": tf.fill([sentences], BOS)},
+            "sentence": {"bias": tf.constant(bias)},
+        }
+
+    max_lengths = rng.integers(1, 12, size=sentences).astype(np.int32)
+    prefix = np.full((sentences, 2), -1, np.int32)
+    with_prefix = rng.random(sentences) < 0.3
+    prefix[with_prefix] = rng.integers(A, vocab, size=(with_prefix.sum(), 2))
+    prefix[with_prefix & (rng.random(sentences) < 0.5), 1] = -1
+    max_lengths[with_prefix] = np.maximum(max_lengths[with_prefix], 3)
+    return step_fn, cache, max_lengths, prefix
+
+
+def beam_loop(step_fn, bos, cache, max_lengths, beam_size, alpha, prefix=None, min_length=None):
+    """The beam loop of `beam_search` at these options, whatever they are (with early stop)."""
+    from keras_transformer.inference import search
+
+    per = search._batch_options(bos, max_lengths, prefix)
+    return search._beam_loop(
+        step_fn, bos, cache, per, EOS, beam_size, alpha, min_length, None, True
+    )
+
+
+@pytest.mark.parametrize("vocab", [V, 300])
+def test_greedy_loop_equals_the_beam_loop_at_beam_one(vocab, monkeypatch):
+    """Beam 1 with alpha 0 runs the lean greedy loop (greedy.py; the beam loop is not
+    called). On random models (10 seeds), with prefixes, min_length and per-sentence max
+    lengths, its ids and scores are exactly the beam loop's at beam 1; the same when the
+    options are per-sentence tensors in a graph (a tf.cond picks the loop)."""
+    from keras_transformer.inference import search
+
+    for seed in range(10):
+        step_fn, cache, max_lengths, prefix = two_token_model(seed, vocab, 9)
+        bos = tf.fill([9], BOS)
+        for kwargs in ({}, {"min_length": 3}, {"prefix": tf.constant(prefix), "min_length": 2}):
+            expected = beam_loop(step_fn, bos, cache(), max_lengths, 1, 0.0, **kwargs)
+            with monkeypatch.context() as patch:
+                patch.setattr(search, "_beam_loop", None)  # the greedy loop only
+                got = beam_search(
+                    step_fn, bos, cache(), max_lengths, EOS, beam_size=1, alpha=0.0, **kwargs
+                )
+            for a, b in zip(got, expected, strict=True):
+                np.testing.assert_array_equal(a, b, err_msg=f"{seed=} {kwargs}")
+    graph = tf.function(
+        lambda k, a: beam_search(
+            step_fn,
+            bos,
+            cache(),
+            max_lengths,
+            EOS,
+            beam_size=k,
+            alpha=a,
+            prefix=tf.constant(prefix),
+        )  # fmt: skip
+    )
+    graph_beam_loop = tf.function(
+        lambda k, a: beam_loop(step_fn, bos, cache(), max_lengths, k, a, tf.constant(prefix))
+    )
+    for k, alpha in ((1, 0.0), (1, 0.6), (2, 0.0)):
+        got = graph(tf.fill([9], k), tf.fill([9], alpha))
+        expected = graph_beam_loop(tf.fill([9], k), tf.fill([9], alpha))
+        for a, b in zip(got, expected, strict=True):
+            np.testing.assert_array_equal(a, b, err_msg=f"{k=} {alpha=}")
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_settled_sentences_leave_the_batch(beam_size):
+    """eos is never a candidate before it is forced at each sentence's max length, so
+    sentence i settles at step max_length[i] - 1: the step function must then get K rows
+    (and one "sentence" row) for each sentence not settled yet, and no more."""
+    vocab = 12
+    probs = np.full((vocab, vocab), 1.0)
+    probs[:, [0, 1, BOS, EOS]] = 1e-9
+    max_lengths = np.array([4, 1, 6, 2, 6], np.int32)
+    inner = table_step_fn(probs / probs.sum(-1, keepdims=True))
+    seen = []
+
+    def step_fn(ids, step, cache):
+        seen.append((int(tf.shape(ids)[0]), int(tf.shape(cache["sentence"]["bias"])[0])))
+        logits, _ = inner(ids, step, cache)
+        return logits, cache
+
+    cache = {"sentence": {"bias": tf.zeros([5, 1])}}
+    beam_search(step_fn, tf.fill([5], BOS), cache, max_lengths, EOS, beam_size=beam_size)
+    live = [int((max_lengths > step).sum()) for step in range(max_lengths.max())]
+    assert seen == [(beam_size * n, n) for n in live]

@@ -1,6 +1,6 @@
-"""Beam search over a step function, in a `tf.while_loop`; greedy search and sampling (one
-hypothesis per sentence) run in a leaner loop of their own (greedy.py), which gives exactly
-what this one gives at beam 1 and alpha 0.
+"""Beam search over a step function, in one `tf.while_loop`; beam 1 with alpha 0 is greedy
+search and sampling draws in the same loop (the package has no second loop: a leaner greedy
+loop was measured and did not pay, see the README's "Speed").
 
 The search knows the model only through
 
@@ -17,7 +17,8 @@ step, except two top-level entries:
     handed to every step as it was first given, and whatever the step returns for it is
     ignored.
 A sentence whose result is settled leaves the batch (all its rows, "sentence" included), so
-the steps that follow run on the sentences still being decoded only (batch_rows.py).
+the steps that follow run on the sentences still being decoded only (batch_rows.py). The
+candidates of a step (top-k, log-probabilities, forced tokens) are in candidates.py.
 
 Shapes: B batch, b live sentences, K beam size, L maximum decode length, V vocabulary.
 """
@@ -30,7 +31,6 @@ import tensorflow as tf
 from keras_transformer.config import ALPHA, BEAM_SIZE
 from keras_transformer.inference import batch_rows as br
 from keras_transformer.inference.candidates import NEG_INF, next_tokens
-from keras_transformer.inference.greedy import greedy_loop
 
 __all__ = ["NEG_INF", "beam_search", "length_penalty", "sample"]
 
@@ -135,94 +135,13 @@ def sample(step_fn, initial_ids, initial_cache, max_lengths, eos_id: int, sampli
     return seqs[:, 0], scores[:, 0]
 
 
-def _static(value):
-    """`value` as a NumPy array if it is known when tracing, else None."""
-    return tf.get_static_value(tf.convert_to_tensor(value))
-
-
-def _batch_options(initial_ids, max_lengths, prefix):
-    """The options both loops read, per sentence of the batch: "index" (where each live
-    sentence sits in the batch), "max_length", "prefix" (-1 after each sentence's prefix,
-    and a -1 column after the longest, read once every prefix is done)."""
-    batch = tf.shape(initial_ids)[0]
-    if prefix is None:
-        prefix = tf.zeros([batch, 0], tf.int32)
-    prefix = tf.pad(tf.convert_to_tensor(prefix, tf.int32), [[0, 0], [0, 1]], constant_values=-1)
-    return {
-        "index": tf.range(batch),
-        "max_length": tf.convert_to_tensor(max_lengths, tf.int32),
-        "prefix": prefix,
-    }
-
-
 def _search(
     step_fn, initial_ids, initial_cache, max_lengths, eos_id, beam_size, alpha, min_length,
     prefix, sampling, num_best=None, stop_early=True,
 ):  # fmt: skip
-    """Behind `beam_search` and `sample`: the greedy loop (greedy.py) when every sentence has
-    beam 1 and alpha 0 (decided when tracing if the options are known then, else by a
-    `tf.cond`), the beam loop otherwise; `stop_early=False` always takes the beam loop."""
+    """The one loop behind `beam_search` and `sample`."""
     initial_ids = tf.convert_to_tensor(initial_ids, tf.int32)
-    per = _batch_options(initial_ids, max_lengths, prefix)
-    if sampling:
-        per["sampling"] = sampling
-        return greedy_loop(step_fn, initial_ids, initial_cache, per, eos_id, None, True)
-
-    def greedy():
-        return greedy_loop(step_fn, initial_ids, initial_cache, per, eos_id, min_length, False)
-
-    def beam():
-        return _beam_loop(step_fn, initial_ids, initial_cache, per, eos_id, beam_size, alpha,
-                          min_length, num_best, stop_early)  # fmt: skip
-
-    beams, alphas = _static(beam_size), _static(alpha)
-    if not stop_early or (beams is not None and (beams != 1).any()):
-        return beam()
-    if alphas is not None and (alphas != 0).any():
-        return beam()
-    if beams is not None and alphas is not None:
-        return greedy()
-    one_hypothesis = tf.logical_and(
-        tf.reduce_all(tf.equal(beam_size, 1)), tf.reduce_all(tf.equal(alpha, 0.0))
-    )
-    return tf.cond(one_hypothesis, greedy, beam)
-
-
-def _finished_pool(finished_scores, finished_seq, scores, sequences):
-    """The pool after a step: the K best of the finished hypotheses (b, K) so far and the
-    step's candidates (b, 2K) (NEG_INF where they do not enter it): (scores (b, K),
-    sequences (b, K, L + 1)). The earlier hypothesis ranks first on ties."""
-    pool_scores = tf.concat([finished_scores, scores], axis=1)
-    pool_seq = tf.concat([finished_seq, sequences], axis=1)
-    finished_scores, keep = tf.math.top_k(pool_scores, k=tf.shape(finished_scores)[1])
-    return finished_scores, tf.gather(pool_seq, keep, batch_dims=1)
-
-
-def _can_improve(alive_lp, finished_scores, per, stop_early):
-    """(b,) bool: a live beam of the sentence can still beat its n-th best finished
-    hypothesis (the bound of beam_search's docstring: log-probs only fall, the penalty is
-    largest at the max length); always, while it has a live beam, if not `stop_early`."""
-    best_alive = alive_lp[:, 0] / length_penalty(per["max_length"], per["alpha"])
-    to_beat = tf.gather(finished_scores, per["nth"], batch_dims=1)
-    return tf.logical_and(
-        alive_lp[:, 0] > NEG_INF / 2, tf.logical_or(best_alive >= to_beat, not stop_early)
-    )
-
-
-def _beam_loop(
-    step_fn, initial_ids, initial_cache, per, eos_id, beam_size, alpha, min_length, num_best,
-    stop_early,
-):  # fmt: skip
-    """The beam loop of `beam_search`; `per` as `greedy.greedy_loop`'s."""
-    batch = tf.shape(initial_ids)[0]
-    per = {
-        **per,
-        "beams": br.per_sentence(beam_size, batch, tf.int32),
-        # the finished hypothesis (0-based rank) no live beam may still beat
-        "nth": br.per_sentence(beam_size if num_best is None else num_best, batch, tf.int32),
-        "alpha": br.per_sentence(alpha, batch, tf.float32),
-    }
-    per["nth"] = tf.clip_by_value(per["nth"], 1, tf.maximum(per["beams"], 1)) - 1
+    per = _options(initial_ids, max_lengths, beam_size, alpha, prefix, sampling, num_best)
     # K: the (largest) beam size; an empty batch still has shapes
     k = tf.maximum(tf.reduce_max(tf.convert_to_tensor(beam_size, tf.int32)), 1)
     length = tf.maximum(tf.reduce_max(per["max_length"]), 1)
@@ -230,12 +149,7 @@ def _beam_loop(
     join = br.joiner(initial_cache)
     sentence, _, rest = br.split(initial_cache)  # "sentence": (B, ...), one row per sentence
     rest = tf.nest.map_structure(lambda t: tf.repeat(t, k, axis=0), rest)  # (B*K, ...)
-    alive_seq = tf.zeros([batch, k, length + 1], tf.int32)
-    alive_seq = br.write(alive_seq, 0, tf.tile(initial_ids[:, tf.newaxis], [1, k]))
-    # only the first beam is live at step 0, so the K beams do not start as copies
-    alive_lp = tf.tile(tf.concat([[0.0], tf.fill([k - 1], NEG_INF)], 0)[tf.newaxis], [batch, 1])
-    finished_seq = tf.zeros_like(alive_seq)
-    finished_scores = tf.fill([batch, k], NEG_INF)
+    alive_seq, alive_lp, finished_seq, finished_scores = _start(initial_ids, k, length)
     out = [finished_seq, finished_scores]
     rank = tf.range(2 * k)[tf.newaxis, :]
 
@@ -247,7 +161,7 @@ def _beam_loop(
         # the 2K best of the K x V extensions are among the 2K best of each beam's V
         per_beam = tf.minimum(2 * k, tf.shape(logits)[-1])
         row_lp, row_ids = next_tokens(
-            logits, step, per, per_beam, k, eos_id, min_length, False, prefix_end
+            logits, step, per, per_beam, k, eos_id, min_length, bool(sampling), prefix_end
         )
         scores = alive_lp[:, :, tf.newaxis] + tf.reshape(row_lp, [live, k, per_beam])
         top_lp, top_index = tf.math.top_k(tf.reshape(scores, [live, -1]), k=2 * k)  # (b, 2K)
@@ -266,7 +180,7 @@ def _beam_loop(
         penalty = length_penalty(step + 1, per["alpha"])[:, tf.newaxis]
         finished_scores, finished_seq = _finished_pool(
             finished_scores, finished_seq, tf.where(new_finished, top_lp / penalty, NEG_INF),
-            top_seq,
+            top_seq, k,
         )  # fmt: skip
 
         # alive: the sentence's K best extensions that did not end
@@ -306,3 +220,58 @@ def _beam_loop(
     # every sentence settles by its maximum length; this only guards the loop's last step
     out = br.settle(out, index, tf.ones_like(index, tf.bool), list(result[5:7]))
     return out[0][:, :, 1:], out[1]
+
+
+def _start(initial_ids, k, length):
+    """The hypotheses before the first step: (alive sequences (B, K, L + 1), bos first;
+    their log-probs (B, K); finished sequences; finished scores (B, K) NEG_INF)."""
+    batch = tf.shape(initial_ids)[0]
+    alive_seq = tf.zeros([batch, k, length + 1], tf.int32)
+    alive_seq = br.write(alive_seq, 0, tf.tile(initial_ids[:, tf.newaxis], [1, k]))
+    # only the first beam is live at step 0, so the K beams do not start as copies
+    alive_lp = tf.tile(tf.concat([[0.0], tf.fill([k - 1], NEG_INF)], 0)[tf.newaxis], [batch, 1])
+    return alive_seq, alive_lp, tf.zeros_like(alive_seq), tf.fill([batch, k], NEG_INF)
+
+
+def _options(initial_ids, max_lengths, beam_size, alpha, prefix, sampling, num_best):
+    """Per live sentence, gathered as sentences leave: its options and where it sits in the
+    batch, (B, ...) each."""
+    batch = tf.shape(initial_ids)[0]
+    if prefix is None:
+        prefix = tf.zeros([batch, 0], tf.int32)
+    per = {
+        "index": tf.range(batch),
+        "max_length": tf.convert_to_tensor(max_lengths, tf.int32),
+        "beams": br.per_sentence(beam_size, batch, tf.int32),
+        # the finished hypothesis (0-based rank) no live beam may still beat
+        "nth": br.per_sentence(beam_size if num_best is None else num_best, batch, tf.int32),
+        "alpha": br.per_sentence(alpha, batch, tf.float32),
+        # one -1 column after the longest prefix, read once every prefix is done
+        "prefix": tf.pad(
+            tf.convert_to_tensor(prefix, tf.int32), [[0, 0], [0, 1]], constant_values=-1
+        ),
+        "sampling": sampling or {},
+    }
+    per["nth"] = tf.clip_by_value(per["nth"], 1, tf.maximum(per["beams"], 1)) - 1
+    return per
+
+
+def _finished_pool(finished_scores, finished_seq, scores, sequences, k):
+    """The pool after a step: the K best of the finished hypotheses (b, K) so far and the
+    step's candidates (b, 2K) (NEG_INF where they do not enter it): (scores (b, K),
+    sequences (b, K, L + 1)). The earlier hypothesis ranks first on ties."""
+    pool_scores = tf.concat([finished_scores, scores], axis=1)
+    pool_seq = tf.concat([finished_seq, sequences], axis=1)
+    finished_scores, keep = tf.math.top_k(pool_scores, k=k)
+    return finished_scores, tf.gather(pool_seq, keep, batch_dims=1)
+
+
+def _can_improve(alive_lp, finished_scores, per, stop_early):
+    """(b,) bool: a live beam of the sentence can still beat its n-th best finished
+    hypothesis (the bound of beam_search's docstring: log-probs only fall, the penalty is
+    largest at the max length); always, while it has a live beam, if not `stop_early`."""
+    best_alive = alive_lp[:, 0] / length_penalty(per["max_length"], per["alpha"])
+    to_beat = tf.gather(finished_scores, per["nth"], batch_dims=1)
+    return tf.logical_and(
+        alive_lp[:, 0] > NEG_INF / 2, tf.logical_or(best_alive >= to_beat, not stop_early)
+    )

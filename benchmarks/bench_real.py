@@ -16,12 +16,15 @@ $KT_DATA_DIR) in batches of --batch sentences, strings in and strings out:
 It checks that the outputs agree (how many sentences differ, and why) and times the
 decoders in interleaved rounds (each decoder once per round, in turn). Prints JSON:
 sentences/s (median over the rounds), our speed relative to each CTranslate2 compute type
-(the median of the per-round ratios, and their range), the CPU's ISA flags.
+(the median of the per-round ratios, and their range), the CPU's ISA flags. `--env
+NAME=VALUE` sets a variable in our export's process only (a server setting to compare with
+the `--baseline` run without it, e.g. TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gzip
 import json
 import os
@@ -241,6 +244,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--average-last", type=int, default=5, help="as export.py's")
     parser.add_argument("--no-int8", action="store_true", help="skip CTranslate2 int8")
     parser.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="an environment variable set in our export's process only (not the baseline's "
+        "nor CTranslate2's), e.g. TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1; repeatable",
+    )
+    parser.add_argument(
         "--baseline",
         help="a checkout of another version of the code (e.g. git worktree add ../base main): "
         "its export of the same run is timed beside ours and its outputs compared with ours",
@@ -261,7 +272,22 @@ def parse_args(argv=None) -> argparse.Namespace:
         fail(f"--baseline {args.baseline}: not a checkout of this project (no export.py)")
     if args.limit < 0:
         fail(f"--limit must be >= 0, got {args.limit}")
+    for item in args.env:
+        if not item.partition("=")[0] or "=" not in item:
+            fail(f"--env {item}: expected NAME=VALUE")
     return args
+
+
+@contextlib.contextmanager
+def environment(items: list[str]):
+    """os.environ with NAME=VALUE `items` set, restored after (spawned workers inherit it)."""
+    saved = dict(os.environ)
+    os.environ.update(item.split("=", 1) for item in items)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 def export_run(args, code: str, export_dir: str) -> str:
@@ -300,7 +326,8 @@ def measure(args, sources, tmp: str) -> tuple[dict, dict]:
     """(agreement, {decoder: [seconds per round]}), every decoder in its own process."""
     export, reference, spm_model, max_tokens = prepare(args, tmp)
     batches = batched(sources, args.batch)
-    workers = {"ours": Worker(savedmodel_decoders, export=export, batches=batches)}
+    with environment(args.env):
+        workers = {"ours": Worker(savedmodel_decoders, export=export, batches=batches)}
     if args.baseline:
         base = export_run(args, os.path.abspath(args.baseline), os.path.join(tmp, "baseline"))
         workers["baseline"] = Worker(savedmodel_decoders, export=base, batches=batches)
@@ -377,6 +404,7 @@ def main(argv=None) -> None:
         "machine": f"{os.cpu_count()} CPU cores, {platform.processor() or platform.machine()}",
         "isa_flags": isa_flags(),
         "tensorflow": tf.__version__,
+        "ours_env": args.env,
         "ctranslate2": ctranslate2.__version__,
         "agreement_with_ctranslate2": check,
         "sentences_per_s": {

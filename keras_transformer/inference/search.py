@@ -1,12 +1,14 @@
 """Beam search over a step function, in one `tf.while_loop`; beam 1 with alpha 0 is greedy
-search (the package has no second loop for it).
+search and sampling draws in the same loop (the package has no second loop: a leaner greedy
+loop was measured and did not pay, see the README's "Speed").
 
 The search knows the model only through
 
     step_fn(ids_t (N,) int32, step scalar int32, cache) -> (logits (N, V), cache)
 
 where N is the number of live rows, live sentences x beam size, and `cache` is a nested
-structure of tensors whose first axis is N. The search reorders the cache with one gather per step, except two top-level entries:
+structure of tensors whose first axis is N. The search reorders the cache with one gather per
+step, except two top-level entries:
   - "sentence" (e.g. cross-attention keys and values, or a self-attention cache that
     every beam of a sentence reads its own part of) has one row per live sentence (N / K
     rows, each shared by K consecutive ids): it is never reordered or copied per beam, and
@@ -15,7 +17,8 @@ structure of tensors whose first axis is N. The search reorders the cache with o
     handed to every step as it was first given, and whatever the step returns for it is
     ignored.
 A sentence whose result is settled leaves the batch (all its rows, "sentence" included), so
-the steps that follow run on the sentences still being decoded only.
+the steps that follow run on the sentences still being decoded only (batch_rows.py). The
+candidates of a step (top-k, log-probabilities, forced tokens) are in candidates.py.
 
 Shapes: B batch, b live sentences, K beam size, L maximum decode length, V vocabulary.
 """
@@ -26,173 +29,15 @@ import tensorflow as tf
 
 # The paper's decoding settings (section 6.1), the defaults of every entry point.
 from keras_transformer.config import ALPHA, BEAM_SIZE
-from keras_transformer.inference.sampling import sampled_log_probs
+from keras_transformer.inference import batch_rows as br
+from keras_transformer.inference.candidates import NEG_INF, next_tokens
 
-NEG_INF = -1.0e9  # finite: float32 log-probabilities only, never float16
+__all__ = ["NEG_INF", "beam_search", "length_penalty", "sample"]
 
 
 def length_penalty(length, alpha):
     """GNMT length penalty ((5 + length) / 6) ** alpha (Wu et al., 2016)."""
     return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, tf.cast(alpha, tf.float32))
-
-
-TOP_K_BLOCK = 64  # vocabulary block of the two-stage top-k
-
-
-def _row_top_k(logits, count):
-    """Exact top `count` of every row of (N, V) float32 logits, in two small stages:
-    (values (N, count), ids (N, count) int32, row max (N, 1)).
-
-    The row is cut into blocks of TOP_K_BLOCK; every one of the `count` largest entries lies
-    in one of the `count` blocks with the largest maxima (a block ranked lower has `count`
-    larger entries elsewhere), so one max-reduction over the row and two top-k's over
-    (N, V / 64) and (N, count x 64) replace a top-k over (N, V), the slowest op of a step.
-    """
-    vocab = logits.shape[-1]
-    if vocab is None or vocab < 4 * TOP_K_BLOCK:
-        values, ids = tf.math.top_k(logits, k=count)
-        return values, ids, tf.reduce_max(logits, axis=-1, keepdims=True)
-    blocks = -(-vocab // TOP_K_BLOCK)
-    if blocks * TOP_K_BLOCK != vocab:
-        logits = tf.pad(
-            logits, [[0, 0], [0, blocks * TOP_K_BLOCK - vocab]], constant_values=-float("inf")
-        )
-    rows = tf.shape(logits)[0]
-    x = tf.reshape(logits, [rows, blocks, TOP_K_BLOCK])
-    block_max = tf.reduce_max(x, axis=-1)  # (N, blocks)
-    _, top_blocks = tf.math.top_k(block_max, k=tf.minimum(count, blocks))
-    candidates = tf.reshape(tf.gather(x, top_blocks, batch_dims=1), [rows, -1])
-    values, position = tf.math.top_k(candidates, k=count)
-    block = tf.gather(top_blocks, position // TOP_K_BLOCK, batch_dims=1)
-    ids = block * TOP_K_BLOCK + position % TOP_K_BLOCK
-    return values, ids, tf.reduce_max(block_max, axis=-1, keepdims=True)
-
-
-def _top_log_probs(logits, step, count, eos_id, min_length=None):
-    """The `count` most probable next tokens of every row: (log-probs (N, count) float32,
-    ids (N, count) int32, logsumexp (N, 1)), best first.
-
-    Before `min_length` (step + 1 < min_length) eos is not a candidate: the top count + 1
-    are formed and eos dropped from them, so the other tokens keep their log-probabilities
-    under the full distribution (not renormalized over the tokens allowed: the score stays
-    the model's log-probability of the output, as `score` gives it). CTranslate2's
-    min_decoding_length differs there: it masks eos before its log-softmax, which
-    renormalizes; its scores are then higher by -log(1 - p(eos)) at every step before the
-    minimum, and the candidates of a row rank the same either way.
-    Log-probabilities are logits - logsumexp(logits) in float32; only the top `count` of each
-    row are ever formed (the full (N, V) log-softmax and masking would be four more passes
-    over the largest tensor of the step). logsumexp = max + log(sum(exp(logits - max))) is
-    read off the fused softmax op (one kernel, faster than Sub, Exp and Sum): the row
-    maximum's probability is exactly 1 / sum(exp(logits - max)), and it is >= 1 / V, so its
-    log is well conditioned.
-    """
-    # one more, to drop eos from, when the vocabulary has one more
-    formed = count if min_length is None else tf.minimum(count + 1, tf.shape(logits)[-1])
-    top_logits, top_ids, row_max = _row_top_k(logits, formed)
-    max_prob = tf.gather(tf.nn.softmax(logits), top_ids[:, :1], batch_dims=1)  # (N, 1)
-    normalizer = row_max - tf.math.log(max_prob)  # logsumexp (N, 1)
-    if min_length is not None:
-        banned = tf.logical_and(tf.equal(top_ids, eos_id), step + 1 < min_length)
-        top_logits, keep = tf.math.top_k(tf.where(banned, NEG_INF, top_logits), k=count)
-        top_ids = tf.gather(top_ids, keep, batch_dims=1)
-    return top_logits - normalizer, top_ids, normalizer
-
-
-def _forced(logits, normalizer, top_lp, top_ids, forced):
-    """Rows whose `forced` (N,) token is >= 0 (a prefix token, or eos at the max length) get
-    that token's log-prob first and NEG_INF after it; the other rows keep their candidates."""
-    token = tf.maximum(forced, 0)[:, tf.newaxis]
-    forced_lp = tf.gather(logits, token, batch_dims=1) - normalizer  # (N, 1)
-    first = tf.equal(tf.range(tf.shape(top_lp)[1]), 0)[tf.newaxis, :]
-    is_forced = (forced >= 0)[:, tf.newaxis]
-    return (
-        tf.where(is_forced, tf.where(first, forced_lp, NEG_INF), top_lp),
-        tf.where(is_forced, token, top_ids),
-    )
-
-
-def _write(sequences, position, values):
-    """sequences (..., L + 1) with `values` (...) written at `position`."""
-    slot = tf.equal(tf.range(tf.shape(sequences)[-1]), position)
-    return tf.where(slot, values[..., tf.newaxis], sequences)
-
-
-def _free_batch(state):
-    """Shape invariants: any axis of the step function's cache (the last entry of `state`)
-    may change in the loop (live sentences leave; a self-attention cache grows one position
-    per step, a record of positions one column), except the last axis of a floating-point
-    tensor of rank >= 2 (its feature depth, which stays known to the step function); the
-    search's own tensors keep only their rank."""
-    *fixed, cache = state
-
-    def free(t):
-        keep = t.dtype.is_floating and t.shape.rank >= 2
-        return tf.TensorShape([None] * (t.shape.rank - keep)).concatenate(
-            t.shape[-1:] if keep else []
-        )
-
-    fixed = tf.nest.map_structure(lambda t: tf.TensorShape([None] * t.shape.rank), fixed)
-    return (*fixed, tf.nest.map_structure(free, cache))
-
-
-_SPECIAL = ("sentence", "constant")
-
-
-def _split(cache):
-    """(the top-level "sentence" entry or {}, "constant" or {}, the rest of the cache)."""
-    if not isinstance(cache, dict):
-        return {}, {}, cache
-    rest = {k: v for k, v in cache.items() if k not in _SPECIAL}
-    return cache.get("sentence", {}), cache.get("constant", {}), rest
-
-
-def _joiner(initial_cache):
-    """A function (sentence, rest) -> the step function's cache, with the initial "constant"
-    entry (a loop invariant, captured by the loop body) and the top-level keys it had."""
-    keys = [k for k in _SPECIAL if isinstance(initial_cache, dict) and k in initial_cache]
-    _, constant, _ = _split(initial_cache)
-
-    def join(sentence, rest):
-        special = {"sentence": sentence, "constant": constant}
-        return {**rest, **{k: special[k] for k in keys}}
-
-    return join
-
-
-def _rows(mask):
-    """int32 positions where the (b,) bool `mask` is True."""
-    return tf.cast(tf.where(mask)[:, 0], tf.int32)
-
-
-def _settle(out, index, done, values):
-    """Write the rows of `values` where `done` into `out` at their batch positions `index`."""
-    rows = _rows(done)
-    positions = tf.gather(index, rows)[:, tf.newaxis]
-    return [
-        tf.tensor_scatter_nd_update(o, positions, tf.gather(v, rows))
-        for o, v in zip(out, values, strict=True)
-    ]
-
-
-def _shrink_sentences(sentence, done, stay):
-    """Keep the rows (sentences) `stay` of the "sentence" cache, if any sentence is `done`."""
-    if not tf.nest.flatten(sentence):
-        return sentence
-
-    def shrink():
-        return tf.nest.map_structure(lambda t: tf.gather(t, stay), sentence)
-
-    return tf.cond(tf.reduce_any(done), shrink, lambda: sentence)
-
-
-def _nest_shapes(structure):
-    return tf.nest.map_structure(lambda t: t.shape, structure)
-
-
-def _per_sentence(value, batch, dtype):
-    """A scalar or (B,) option as a (B,) tensor."""
-    value = tf.convert_to_tensor(value, dtype)
-    return tf.broadcast_to(value, [batch]) if value.shape.rank == 0 else value
 
 
 def beam_search(
@@ -296,64 +141,33 @@ def _search(
 ):  # fmt: skip
     """The one loop behind `beam_search` and `sample`."""
     initial_ids = tf.convert_to_tensor(initial_ids, tf.int32)
-    batch = tf.shape(initial_ids)[0]
-    if prefix is None:
-        prefix = tf.zeros([batch, 0], tf.int32)
-    # per live sentence, gathered as sentences leave: the options and where it sits in the batch
-    per = {
-        "index": tf.range(batch),
-        "max_length": tf.convert_to_tensor(max_lengths, tf.int32),
-        "beams": _per_sentence(beam_size, batch, tf.int32),
-        # the finished hypothesis (0-based rank) no live beam may still beat
-        "nth": _per_sentence(beam_size if num_best is None else num_best, batch, tf.int32),
-        "alpha": _per_sentence(alpha, batch, tf.float32),
-        # one -1 column after the longest prefix, read once every prefix is done
-        "prefix": tf.pad(
-            tf.convert_to_tensor(prefix, tf.int32), [[0, 0], [0, 1]], constant_values=-1
-        ),
-        "sampling": sampling or {},
-    }
-    per["nth"] = tf.clip_by_value(per["nth"], 1, tf.maximum(per["beams"], 1)) - 1
+    per = _options(initial_ids, max_lengths, beam_size, alpha, prefix, sampling, num_best)
     # K: the (largest) beam size; an empty batch still has shapes
     k = tf.maximum(tf.reduce_max(tf.convert_to_tensor(beam_size, tf.int32)), 1)
     length = tf.maximum(tf.reduce_max(per["max_length"]), 1)
     prefix_end = tf.shape(per["prefix"])[1] - 1
-    join = _joiner(initial_cache)
-    sentence, _, rest = _split(initial_cache)  # "sentence": (B, ...), one row per sentence
+    join = br.joiner(initial_cache)
+    sentence, _, rest = br.split(initial_cache)  # "sentence": (B, ...), one row per sentence
     rest = tf.nest.map_structure(lambda t: tf.repeat(t, k, axis=0), rest)  # (B*K, ...)
-    alive_seq = tf.zeros([batch, k, length + 1], tf.int32)
-    alive_seq = _write(alive_seq, 0, tf.tile(initial_ids[:, tf.newaxis], [1, k]))
-    # only the first beam is live at step 0, so the K beams do not start as copies
-    alive_lp = tf.tile(tf.concat([[0.0], tf.fill([k - 1], NEG_INF)], 0)[tf.newaxis], [batch, 1])
-    finished_seq = tf.zeros_like(alive_seq)
-    finished_scores = tf.fill([batch, k], NEG_INF)
+    alive_seq, alive_lp, finished_seq, finished_scores = _start(initial_ids, k, length)
     out = [finished_seq, finished_scores]
     rank = tf.range(2 * k)[tf.newaxis, :]
-
-    def candidates(logits, step, per, count):
-        """(log-probs (N, count), ids (N, count)) of every row's next token."""
-        logits = tf.cast(logits, tf.float32)
-        if sampling:
-            top_lp, top_ids, normalizer = sampled_log_probs(logits, step, count, per["sampling"])
-        else:
-            top_lp, top_ids, normalizer = _top_log_probs(logits, step, count, eos_id, min_length)
-        token = tf.gather(per["prefix"], tf.minimum(step, prefix_end), axis=1)  # (b,)
-        forced = tf.where(step + 1 >= per["max_length"], eos_id, token)
-        return _forced(logits, normalizer, top_lp, top_ids, tf.repeat(forced, k))
 
     def body(step, out, per, alive_seq, alive_lp, finished_seq, finished_scores, *c):
         live = tf.shape(per["index"])[0]
         ids = tf.reshape(alive_seq[:, :, step], [-1])
         logits, cache = step_fn(ids, step, join(*c))
-        sentence, _, rest = _split(cache)
+        sentence, _, rest = br.split(cache)
         # the 2K best of the K x V extensions are among the 2K best of each beam's V
         per_beam = tf.minimum(2 * k, tf.shape(logits)[-1])
-        row_lp, row_ids = candidates(logits, step, per, per_beam)
+        row_lp, row_ids = next_tokens(
+            logits, step, per, per_beam, k, eos_id, min_length, bool(sampling), prefix_end
+        )
         scores = alive_lp[:, :, tf.newaxis] + tf.reshape(row_lp, [live, k, per_beam])
         top_lp, top_index = tf.math.top_k(tf.reshape(scores, [live, -1]), k=2 * k)  # (b, 2K)
         origin = top_index // per_beam
         token = tf.gather(tf.reshape(row_ids, [live, -1]), top_index, batch_dims=1)
-        top_seq = _write(tf.gather(alive_seq, origin, batch_dims=1), step + 1, token)
+        top_seq = br.write(tf.gather(alive_seq, origin, batch_dims=1), step + 1, token)
         is_eos = tf.equal(token, eos_id)
         beams = per["beams"][:, tf.newaxis]
         # extensions of beams never alive, and beyond a sentence's own 2K
@@ -364,11 +178,10 @@ def _search(
         window = tf.where(beams > 1, 2 * beams, 1)
         new_finished = tf.logical_and(tf.logical_and(is_eos, rank < window), tf.logical_not(dead))
         penalty = length_penalty(step + 1, per["alpha"])[:, tf.newaxis]
-        new_scores = tf.where(new_finished, top_lp / penalty, NEG_INF)
-        pool_scores = tf.concat([finished_scores, new_scores], axis=1)
-        pool_seq = tf.concat([finished_seq, top_seq], axis=1)
-        finished_scores, keep = tf.math.top_k(pool_scores, k=k)
-        finished_seq = tf.gather(pool_seq, keep, batch_dims=1)
+        finished_scores, finished_seq = _finished_pool(
+            finished_scores, finished_seq, tf.where(new_finished, top_lp / penalty, NEG_INF),
+            top_seq, k,
+        )  # fmt: skip
 
         # alive: the sentence's K best extensions that did not end
         alive_lp, keep = tf.math.top_k(tf.where(is_eos, NEG_INF, top_lp), k=k)
@@ -376,17 +189,11 @@ def _search(
         alive_seq = tf.gather(top_seq, keep, batch_dims=1)
         beam_origin = tf.gather(origin, keep, batch_dims=1)  # (b, K)
 
-        # settled: no alive hypothesis can beat the sentence's n-th best finished one (the
-        # bound of beam_search's docstring: log-probs only fall, the penalty is largest at
-        # the max length)
-        best_alive = alive_lp[:, 0] / length_penalty(per["max_length"], per["alpha"])
-        to_beat = tf.gather(finished_scores, per["nth"], batch_dims=1)
-        can_improve = tf.logical_and(
-            alive_lp[:, 0] > NEG_INF / 2, tf.logical_or(best_alive >= to_beat, not stop_early)
-        )
+        # settled sentences are written out and leave the batch
+        can_improve = _can_improve(alive_lp, finished_scores, per, stop_early)
         done = tf.logical_not(can_improve)
-        out = _settle(out, per["index"], done, [finished_seq, finished_scores])
-        stay = _rows(can_improve)
+        out = br.settle(out, per["index"], done, [finished_seq, finished_scores])
+        stay = br.rows(can_improve)
         gather = lambda t: tf.gather(t, stay)  # noqa: E731
         per = tf.nest.map_structure(gather, per)
         alive_seq, alive_lp, finished_seq, finished_scores = map(
@@ -395,7 +202,7 @@ def _search(
         # one gather both reorders the beams and drops the settled sentences
         rows = tf.reshape(gather(beam_origin + k * tf.range(live)[:, tf.newaxis]), [-1])
         rest = tf.nest.map_structure(lambda t: tf.gather(t, rows), rest)
-        sentence = _shrink_sentences(sentence, done, stay)
+        sentence = br.shrink_sentences(sentence, done, stay)
         return (step + 1, out, per, alive_seq, alive_lp, finished_seq, finished_scores,
                 sentence, rest)  # fmt: skip
 
@@ -407,9 +214,64 @@ def _search(
         cond,
         body,
         (tf.constant(0), out, *state),
-        shape_invariants=(tf.TensorShape([]), _nest_shapes(out), *_free_batch(state)),
+        shape_invariants=(tf.TensorShape([]), br.nest_shapes(out), *br.free_batch(state)),
     )
     out, index = result[1], result[2]["index"]
     # every sentence settles by its maximum length; this only guards the loop's last step
-    out = _settle(out, index, tf.ones_like(index, tf.bool), list(result[5:7]))
+    out = br.settle(out, index, tf.ones_like(index, tf.bool), list(result[5:7]))
     return out[0][:, :, 1:], out[1]
+
+
+def _start(initial_ids, k, length):
+    """The hypotheses before the first step: (alive sequences (B, K, L + 1), bos first;
+    their log-probs (B, K); finished sequences; finished scores (B, K) NEG_INF)."""
+    batch = tf.shape(initial_ids)[0]
+    alive_seq = tf.zeros([batch, k, length + 1], tf.int32)
+    alive_seq = br.write(alive_seq, 0, tf.tile(initial_ids[:, tf.newaxis], [1, k]))
+    # only the first beam is live at step 0, so the K beams do not start as copies
+    alive_lp = tf.tile(tf.concat([[0.0], tf.fill([k - 1], NEG_INF)], 0)[tf.newaxis], [batch, 1])
+    return alive_seq, alive_lp, tf.zeros_like(alive_seq), tf.fill([batch, k], NEG_INF)
+
+
+def _options(initial_ids, max_lengths, beam_size, alpha, prefix, sampling, num_best):
+    """Per live sentence, gathered as sentences leave: its options and where it sits in the
+    batch, (B, ...) each."""
+    batch = tf.shape(initial_ids)[0]
+    if prefix is None:
+        prefix = tf.zeros([batch, 0], tf.int32)
+    per = {
+        "index": tf.range(batch),
+        "max_length": tf.convert_to_tensor(max_lengths, tf.int32),
+        "beams": br.per_sentence(beam_size, batch, tf.int32),
+        # the finished hypothesis (0-based rank) no live beam may still beat
+        "nth": br.per_sentence(beam_size if num_best is None else num_best, batch, tf.int32),
+        "alpha": br.per_sentence(alpha, batch, tf.float32),
+        # one -1 column after the longest prefix, read once every prefix is done
+        "prefix": tf.pad(
+            tf.convert_to_tensor(prefix, tf.int32), [[0, 0], [0, 1]], constant_values=-1
+        ),
+        "sampling": sampling or {},
+    }
+    per["nth"] = tf.clip_by_value(per["nth"], 1, tf.maximum(per["beams"], 1)) - 1
+    return per
+
+
+def _finished_pool(finished_scores, finished_seq, scores, sequences, k):
+    """The pool after a step: the K best of the finished hypotheses (b, K) so far and the
+    step's candidates (b, 2K) (NEG_INF where they do not enter it): (scores (b, K),
+    sequences (b, K, L + 1)). The earlier hypothesis ranks first on ties."""
+    pool_scores = tf.concat([finished_scores, scores], axis=1)
+    pool_seq = tf.concat([finished_seq, sequences], axis=1)
+    finished_scores, keep = tf.math.top_k(pool_scores, k=k)
+    return finished_scores, tf.gather(pool_seq, keep, batch_dims=1)
+
+
+def _can_improve(alive_lp, finished_scores, per, stop_early):
+    """(b,) bool: a live beam of the sentence can still beat its n-th best finished
+    hypothesis (the bound of beam_search's docstring: log-probs only fall, the penalty is
+    largest at the max length); always, while it has a live beam, if not `stop_early`."""
+    best_alive = alive_lp[:, 0] / length_penalty(per["max_length"], per["alpha"])
+    to_beat = tf.gather(finished_scores, per["nth"], batch_dims=1)
+    return tf.logical_and(
+        alive_lp[:, 0] > NEG_INF / 2, tf.logical_or(best_alive >= to_beat, not stop_early)
+    )

@@ -34,7 +34,7 @@ class Translator(tf.Module):
             the penultimate, the usual choice for word alignment; negative counts from the
             end).
         min_length: shortest translation of a non-empty input, in tokens before eos (eos is
-            no candidate until then; see `search._top_log_probs` for the scores); default 1,
+            no candidate until then; see `candidates.top_log_probs` for the scores); default 1,
             so a non-empty input never gets "" (as CTranslate2, fairseq and OpenNMT); 0
             turns it off (the paper sets none). `sample` has no minimum.
 

@@ -211,7 +211,7 @@ def test_empty_batch():
 
 @pytest.mark.parametrize("vocab, count", [(8000, 8), (1000, 3), (300, 128), (6, 4)])
 def test_two_stage_top_k_equals_top_k(vocab, count):
-    from keras_transformer.inference.search import _row_top_k
+    from keras_transformer.inference.candidates import row_top_k as _row_top_k
 
     rng = np.random.default_rng(vocab)
     logits = rng.normal(size=(5, vocab)).astype(np.float32)
@@ -530,3 +530,26 @@ def test_stopping_at_the_nth_best_equals_the_exhaustive_search(max_beam, alpha):
                 np.testing.assert_allclose(scores[i, :n], full_scores[i, :n], atol=1e-6)
             saved += full_steps - steps
     assert saved > 0
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_settled_sentences_leave_the_batch(beam_size):
+    """eos is never a candidate before it is forced at each sentence's max length, so
+    sentence i settles at step max_length[i] - 1: the step function must then get K rows
+    (and one "sentence" row) for each sentence not settled yet, and no more."""
+    vocab = 12
+    probs = np.full((vocab, vocab), 1.0)
+    probs[:, [0, 1, BOS, EOS]] = 1e-9
+    max_lengths = np.array([4, 1, 6, 2, 6], np.int32)
+    inner = table_step_fn(probs / probs.sum(-1, keepdims=True))
+    seen = []
+
+    def step_fn(ids, step, cache):
+        seen.append((int(tf.shape(ids)[0]), int(tf.shape(cache["sentence"]["bias"])[0])))
+        logits, _ = inner(ids, step, cache)
+        return logits, cache
+
+    cache = {"sentence": {"bias": tf.zeros([5, 1])}}
+    beam_search(step_fn, tf.fill([5], BOS), cache, max_lengths, EOS, beam_size=beam_size)
+    live = [int((max_lengths > step).sum()) for step in range(max_lengths.max())]
+    assert seen == [(beam_size * n, n) for n in live]

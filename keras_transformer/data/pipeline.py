@@ -134,21 +134,29 @@ def make_batches(
         with tf.control_dependencies([counter]):
             return tf.identity(ok)
 
-    sample_seed = None
-    if subword is not None:
-        sample_seed = tf.random.experimental.stateless_fold_in(
-            tf.stack(
-                [tf.constant(seed, tf.int64), tf.cast(0 if epoch is None else epoch, tf.int64)]
-            ),
-            SUBWORD_SALT,
-        )
+    sample_seed = None if subword is None else _subword_seed(seed, epoch)
     data = tokenize_pairs(pairs, tokenizer, subword, sample_seed).map(split).filter(fits)
     if shuffle and epoch is None:
         data = data.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
     elif shuffle:
         data = _shuffle_with_seed(data, shuffle_buffer, epoch_seed(seed, epoch))
+    data = _bucket(data, boundaries, batch_tokens)
+    data = data.map(lambda src, tgt_in, tgt_out: ((src, tgt_in), tgt_out))
+    return data.prefetch(tf.data.AUTOTUNE) if prefetch else data
+
+
+def _subword_seed(seed: int, epoch: int | tf.Tensor | None) -> tf.Tensor:
+    """The (2,) int64 seed of the sampled segmentations of (`seed`, `epoch`, None: 0)."""
+    return tf.random.experimental.stateless_fold_in(
+        tf.stack([tf.constant(seed, tf.int64), tf.cast(0 if epoch is None else epoch, tf.int64)]),
+        SUBWORD_SALT,
+    )
+
+
+def _bucket(data: tf.data.Dataset, boundaries: list[int], batch_tokens: int) -> tf.data.Dataset:
+    """(src, tgt_in, tgt_out) rows -> batches of <= `batch_tokens`, padded to the boundary."""
     # bucket_by_sequence_length pads to (boundary - 1), so shift the boundaries by one
-    data = data.bucket_by_sequence_length(
+    return data.bucket_by_sequence_length(
         element_length_func=lambda src, tgt_in, tgt_out: tf.maximum(tf.size(src), tf.size(tgt_in)),
         bucket_boundaries=[b + 1 for b in boundaries],
         bucket_batch_sizes=[max(1, batch_tokens // b) for b in boundaries] + [1],
@@ -156,8 +164,6 @@ def make_batches(
         padding_values=(0, 0, 0),
         pad_to_bucket_boundary=True,
     )
-    data = data.map(lambda src, tgt_in, tgt_out: ((src, tgt_in), tgt_out))
-    return data.prefetch(tf.data.AUTOTUNE) if prefetch else data
 
 
 def epoch_seed(seed: int, epoch: int | tf.Tensor) -> tf.Tensor:
@@ -238,14 +244,19 @@ def training_batches(
             prefetch=False,
             **kwargs,
         )
-
-        def tag(index, batch):
-            (src, tgt_in), tgt_out = batch
-            shifted = tf.bitwise.left_shift(epoch, tf.constant(POSITION_BITS, tf.int64))
-            here = tf.bitwise.bitwise_or(shifted, index)
-            return (src, tgt_in), tgt_out, tf.fill(tf.shape(src)[:1], here)
-
-        return batches.enumerate().map(tag) if positions else batches
+        return _tag_positions(batches, epoch) if positions else batches
 
     data = tf.data.Dataset.counter(first_pass).flat_map(one_pass).skip(skip)
     return data.prefetch(tf.data.AUTOTUNE)
+
+
+def _tag_positions(batches: tf.data.Dataset, epoch: tf.Tensor) -> tf.data.Dataset:
+    """Pass `epoch`'s batches with every row tagged with its batch's `stream_position`."""
+
+    def tag(index, batch):
+        (src, tgt_in), tgt_out = batch
+        shifted = tf.bitwise.left_shift(epoch, tf.constant(POSITION_BITS, tf.int64))
+        here = tf.bitwise.bitwise_or(shifted, index)
+        return (src, tgt_in), tgt_out, tf.fill(tf.shape(src)[:1], here)
+
+    return batches.enumerate().map(tag)

@@ -67,6 +67,27 @@ def train_sentencepiece(
     """
     import sentencepiece as spm
 
+    _check_settings(vocab_size, model_type, user_symbols)
+    sample = reservoir_sample(sentences, max_sentences, seed)
+    if not sample:
+        raise TokenizerError("no sentences to train the SentencePiece model on")
+    model = io.BytesIO()
+    try:
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=iter(sample),
+            model_writer=model,
+            **_trainer_options(vocab_size, model_type, user_symbols),
+        )
+    except RuntimeError as err:
+        error = _vocab_size_error(err, vocab_size)
+        if error is None:
+            raise
+        raise error from None
+    return model.getvalue()
+
+
+def _check_settings(vocab_size, model_type: str, user_symbols: tuple[str, ...]) -> None:
+    """Raise TokenizerError naming the flag for a model type or vocabulary size never valid."""
     if model_type not in MODEL_TYPES:
         raise TokenizerError(f"--spm-model-type must be one of {MODEL_TYPES}, got {model_type!r}")
     minimum = NUM_SPECIAL + len(user_symbols) + NUM_BYTE_PIECES + 1
@@ -76,43 +97,42 @@ def train_sentencepiece(
             f"{NUM_BYTE_PIECES} byte pieces for unknown characters, then the characters "
             f"of the training text), got {vocab_size!r}"
         )
-    sample = reservoir_sample(sentences, max_sentences, seed)
-    if not sample:
-        raise TokenizerError("no sentences to train the SentencePiece model on")
-    model = io.BytesIO()
-    try:
-        spm.SentencePieceTrainer.train(
-            sentence_iterator=iter(sample),
-            model_writer=model,
-            vocab_size=vocab_size,
-            model_type=model_type,
-            character_coverage=1.0,
-            byte_fallback=True,
-            pad_id=PAD_ID,
-            unk_id=UNK_ID,
-            bos_id=BOS_ID,
-            eos_id=EOS_ID,
-            pad_piece="<pad>",
-            unk_piece="<unk>",
-            bos_piece="<s>",
-            eos_piece="</s>",
-            num_threads=os.cpu_count() or 1,
-            minloglevel=2,
-            **({"user_defined_symbols": list(user_symbols)} if user_symbols else {}),
-        )
-    except RuntimeError as err:
-        too_many = re.search(r"Vocabulary size too high \(\d+\).*<= (\d+)", str(err))
-        if too_many:
-            raise TooManyPieces(vocab_size, int(too_many.group(1))) from None
-        sizes = re.search(r"smaller than required_chars\. (\d+) vs (\d+)", str(err))
-        if not sizes:
-            raise
-        raise TokenizerError(
-            f"--vocab-size {vocab_size} is too small: the {NUM_SPECIAL} special pieces, "
-            f"{NUM_BYTE_PIECES} byte pieces and the characters of the training text need "
-            f"at least {sizes.group(2)}"
-        ) from None
-    return model.getvalue()
+
+
+def _trainer_options(vocab_size: int, model_type: str, user_symbols: tuple[str, ...]) -> dict:
+    """SentencePieceTrainer.train's settings: the fixed ids, byte fallback, every character."""
+    return {
+        "vocab_size": vocab_size,
+        "model_type": model_type,
+        "character_coverage": 1.0,
+        "byte_fallback": True,
+        "pad_id": PAD_ID,
+        "unk_id": UNK_ID,
+        "bos_id": BOS_ID,
+        "eos_id": EOS_ID,
+        "pad_piece": "<pad>",
+        "unk_piece": "<unk>",
+        "bos_piece": "<s>",
+        "eos_piece": "</s>",
+        "num_threads": os.cpu_count() or 1,
+        "minloglevel": 2,
+        **({"user_defined_symbols": list(user_symbols)} if user_symbols else {}),
+    }
+
+
+def _vocab_size_error(err: RuntimeError, vocab_size: int) -> TokenizerError | None:
+    """The TokenizerError for SentencePiece's vocabulary-size errors; None for any other."""
+    too_many = re.search(r"Vocabulary size too high \(\d+\).*<= (\d+)", str(err))
+    if too_many:
+        return TooManyPieces(vocab_size, int(too_many.group(1)))
+    sizes = re.search(r"smaller than required_chars\. (\d+) vs (\d+)", str(err))
+    if not sizes:
+        return None
+    return TokenizerError(
+        f"--vocab-size {vocab_size} is too small: the {NUM_SPECIAL} special pieces, "
+        f"{NUM_BYTE_PIECES} byte pieces and the characters of the training text need "
+        f"at least {sizes.group(2)}"
+    )
 
 
 def reservoir_sample(items: Iterable[str], size: int, seed: int) -> list[str]:

@@ -163,53 +163,35 @@ def _search(
         row_lp, row_ids = next_tokens(
             logits, step, per, per_beam, k, eos_id, min_length, bool(sampling), prefix_end
         )
-        scores = alive_lp[:, :, tf.newaxis] + tf.reshape(row_lp, [live, k, per_beam])
-        top_lp, top_index = tf.math.top_k(tf.reshape(scores, [live, -1]), k=2 * k)  # (b, 2K)
-        origin = top_index // per_beam
-        token = tf.gather(tf.reshape(row_ids, [live, -1]), top_index, batch_dims=1)
-        top_seq = br.write(tf.gather(alive_seq, origin, batch_dims=1), step + 1, token)
-        is_eos = tf.equal(token, eos_id)
+        top_lp, origin, top_seq, is_eos = _top_extensions(
+            alive_seq, alive_lp, row_lp, row_ids, step, live, k, per_beam, eos_id
+        )
         beams = per["beams"][:, tf.newaxis]
         # extensions of beams never alive, and beyond a sentence's own 2K
         dead = tf.logical_or(top_lp <= NEG_INF / 2, rank >= 2 * beams)
         top_lp = tf.where(dead, NEG_INF, top_lp)
-
-        # finished pool: eos among the 2K candidates (among the best one only at K = 1)
-        window = tf.where(beams > 1, 2 * beams, 1)
-        new_finished = tf.logical_and(tf.logical_and(is_eos, rank < window), tf.logical_not(dead))
-        penalty = length_penalty(step + 1, per["alpha"])[:, tf.newaxis]
+        ended = _ended_scores(top_lp, is_eos, dead, rank, beams, step, per["alpha"])
         finished_scores, finished_seq = _finished_pool(
-            finished_scores, finished_seq, tf.where(new_finished, top_lp / penalty, NEG_INF),
-            top_seq, k,
-        )  # fmt: skip
-
-        # alive: the sentence's K best extensions that did not end
-        alive_lp, keep = tf.math.top_k(tf.where(is_eos, NEG_INF, top_lp), k=k)
-        alive_lp = tf.where(rank[:, :k] < beams, alive_lp, NEG_INF)
-        alive_seq = tf.gather(top_seq, keep, batch_dims=1)
-        beam_origin = tf.gather(origin, keep, batch_dims=1)  # (b, K)
-
-        # settled sentences are written out and leave the batch
-        can_improve = _can_improve(alive_lp, finished_scores, per, stop_early)
-        done = tf.logical_not(can_improve)
-        out = br.settle(out, per["index"], done, [finished_seq, finished_scores])
-        stay = br.rows(can_improve)
-        gather = lambda t: tf.gather(t, stay)  # noqa: E731
-        per = tf.nest.map_structure(gather, per)
-        alive_seq, alive_lp, finished_seq, finished_scores = map(
-            gather, (alive_seq, alive_lp, finished_seq, finished_scores)
+            finished_scores, finished_seq, ended, top_seq, k
         )
-        # one gather both reorders the beams and drops the settled sentences
-        rows = tf.reshape(gather(beam_origin + k * tf.range(live)[:, tf.newaxis]), [-1])
-        rest = tf.nest.map_structure(lambda t: tf.gather(t, rows), rest)
-        sentence = br.shrink_sentences(sentence, done, stay)
-        return (step + 1, out, per, alive_seq, alive_lp, finished_seq, finished_scores,
-                sentence, rest)  # fmt: skip
+        alive_lp, alive_seq, beam_origin = _alive_beams(
+            top_lp, top_seq, origin, is_eos, rank, beams, k
+        )
+        hypotheses = (alive_seq, alive_lp, finished_seq, finished_scores)
+        out, *state = _settle_and_drop(
+            out, per, hypotheses, beam_origin, sentence, rest, live, k, stop_early
+        )
+        return (step + 1, out, *state)
 
     def cond(step, out, per, *_):
         return tf.logical_and(step < length, tf.size(per["index"]) > 0)
 
     state = (per, alive_seq, alive_lp, finished_seq, finished_scores, sentence, rest)
+    return _run_loop(cond, body, out, state)
+
+
+def _run_loop(cond, body, out, state):
+    """The while loop from step 0, then the last settling: (sequences (B, K, L), scores (B, K))."""
     result = tf.while_loop(
         cond,
         body,
@@ -220,6 +202,50 @@ def _search(
     # every sentence settles by its maximum length; this only guards the loop's last step
     out = br.settle(out, index, tf.ones_like(index, tf.bool), list(result[5:7]))
     return out[0][:, :, 1:], out[1]
+
+
+def _top_extensions(alive_seq, alive_lp, row_lp, row_ids, step, live, k, per_beam, eos_id):
+    """The 2K best extensions of each sentence: log-probs, origin beams, sequences, eos (b, 2K)."""
+    scores = alive_lp[:, :, tf.newaxis] + tf.reshape(row_lp, [live, k, per_beam])
+    top_lp, top_index = tf.math.top_k(tf.reshape(scores, [live, -1]), k=2 * k)  # (b, 2K)
+    origin = top_index // per_beam
+    token = tf.gather(tf.reshape(row_ids, [live, -1]), top_index, batch_dims=1)
+    top_seq = br.write(tf.gather(alive_seq, origin, batch_dims=1), step + 1, token)
+    return top_lp, origin, top_seq, tf.equal(token, eos_id)
+
+
+def _ended_scores(top_lp, is_eos, dead, rank, beams, step, alpha):
+    """(b, 2K) scores of the extensions that enter the finished pool; NEG_INF the others."""
+    # eos among the 2K candidates (among the best one only at K = 1)
+    window = tf.where(beams > 1, 2 * beams, 1)
+    new_finished = tf.logical_and(tf.logical_and(is_eos, rank < window), tf.logical_not(dead))
+    penalty = length_penalty(step + 1, alpha)[:, tf.newaxis]
+    return tf.where(new_finished, top_lp / penalty, NEG_INF)
+
+
+def _alive_beams(top_lp, top_seq, origin, is_eos, rank, beams, k):
+    """The K best extensions of each sentence that did not end: log-probs, sequences, origins."""
+    alive_lp, keep = tf.math.top_k(tf.where(is_eos, NEG_INF, top_lp), k=k)
+    alive_lp = tf.where(rank[:, :k] < beams, alive_lp, NEG_INF)
+    alive_seq = tf.gather(top_seq, keep, batch_dims=1)
+    return alive_lp, alive_seq, tf.gather(origin, keep, batch_dims=1)
+
+
+def _settle_and_drop(out, per, hypotheses, beam_origin, sentence, rest, live, k, stop_early):
+    """Settled sentences written to `out` and dropped: (out, the loop state of those that stay)."""
+    alive_seq, alive_lp, finished_seq, finished_scores = hypotheses
+    can_improve = _can_improve(alive_lp, finished_scores, per, stop_early)
+    done = tf.logical_not(can_improve)
+    out = br.settle(out, per["index"], done, [finished_seq, finished_scores])
+    stay = br.rows(can_improve)
+    gather = lambda t: tf.gather(t, stay)  # noqa: E731
+    per = tf.nest.map_structure(gather, per)
+    hypotheses = tuple(map(gather, hypotheses))
+    # one gather both reorders the beams and drops the settled sentences
+    rows = tf.reshape(gather(beam_origin + k * tf.range(live)[:, tf.newaxis]), [-1])
+    rest = tf.nest.map_structure(lambda t: tf.gather(t, rows), rest)
+    sentence = br.shrink_sentences(sentence, done, stay)
+    return (out, per, *hypotheses, sentence, rest)
 
 
 def _start(initial_ids, k, length):

@@ -71,29 +71,11 @@ def train(args: TrainArgs) -> dict:
 
     stats = PipelineStats()
     subword = subword_sampler(tokenizer, settings.subword_alpha)  # training sentences only
-
-    def data_from(start: int) -> tf.data.Dataset:
-        return training_batches(
-            train_data,
-            tokenizer,
-            batch_tokens=settings.batch_tokens * settings.accum_steps,
-            max_length=settings.max_length,
-            seed=settings.seed,
-            start=start,
-            stats=stats,
-            positions=True,  # TrainingModel keeps the stream position of the next batch
-            subword=subword,
-        )
-
+    data_from = training_stream(train_data, tokenizer, settings, stats, subword)
     valid_batches = validation_batches(valid, tokenizer, settings)
     callbacks = make_callbacks(settings, manager, model, guard, [metrics, bleu])
     fit_to_step(model, data_from, valid_batches, callbacks, settings)
-    if int(stats.too_long.numpy()):
-        print(
-            f"dropped {int(stats.too_long.numpy())} training pairs longer than "
-            f"--max-length {settings.max_length}",
-            flush=True,
-        )
+    report_dropped(stats, settings)
     return summarize(shared, settings, model, bleu)
 
 
@@ -149,6 +131,35 @@ def validation_batches(valid, tokenizer, settings: TrainSettings) -> tf.data.Dat
     )
     count = int(batches.reduce(0, lambda n, _: n + 1))
     return batches.apply(tf.data.experimental.assert_cardinality(count))
+
+
+def training_stream(train_data, tokenizer, settings: TrainSettings, stats, subword):
+    """`data_from(start)`: the training batches from stream position `start`, position-tagged."""
+
+    def data_from(start: int) -> tf.data.Dataset:
+        return training_batches(
+            train_data,
+            tokenizer,
+            batch_tokens=settings.batch_tokens * settings.accum_steps,
+            max_length=settings.max_length,
+            seed=settings.seed,
+            start=start,
+            stats=stats,
+            positions=True,  # TrainingModel keeps the stream position of the next batch
+            subword=subword,
+        )
+
+    return data_from
+
+
+def report_dropped(stats: PipelineStats, settings: TrainSettings) -> None:
+    """Print how many training pairs over --max-length the pipeline dropped, if any."""
+    if int(stats.too_long.numpy()):
+        print(
+            f"dropped {int(stats.too_long.numpy())} training pairs longer than "
+            f"--max-length {settings.max_length}",
+            flush=True,
+        )
 
 
 def restore(checkpoint, shared: Run, manager, model, bleu, metrics) -> bool:

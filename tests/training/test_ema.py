@@ -99,15 +99,18 @@ RUN = ("--steps-per-epoch", "4", "--checkpoint-every", "2", "--eval-every", "4",
 
 @pytest.fixture(scope="module")
 def ema_runs(tmp_path_factory, multi30k_dir):
-    """(left alone, stopped at step 6 mid-epoch and resumed): 12 steps with --ema-decay."""
+    """(left alone, stopped at step 6 mid-epoch and resumed): 12 steps with --ema-decay;
+    then the same 12 steps without it."""
     base = tmp_path_factory.mktemp("ema")
     data = write_corpus(base / "data", multi30k_dir, 0, 600)
-    alone, resumed = base / "alone", base / "resumed"
+    alone, resumed, plain = base / "alone", base / "resumed", base / "plain"
     run_train(alone, *data, *RUN, "--train-steps", "12")
     run_train(resumed, *data, *RUN, "--train-steps", "6")
     out = run_train(resumed, *data, *RUN, "--train-steps", "12")
     assert "resumed from" in out.stdout and "at step 6" in out.stdout
-    return alone, resumed
+    without = [f for f in RUN if f not in ("--ema-decay", "0.9")]
+    run_train(plain, *data, *without, "--train-steps", "12")
+    return alone, resumed, plain
 
 
 def checkpoint_tensors(path) -> dict:
@@ -117,7 +120,7 @@ def checkpoint_tensors(path) -> dict:
 
 @pytest.mark.slow
 def test_resume_with_ema_equals_an_uninterrupted_run(ema_runs):
-    alone, resumed = (checkpoint_tensors(Run(str(d)).checkpoints()[-1]) for d in ema_runs)
+    alone, resumed = (checkpoint_tensors(Run(str(d)).checkpoints()[-1]) for d in ema_runs[:2])
     averaged = [n for n in alone if n.startswith(f"{EMA_KEY}/")]
     assert len(averaged) == len(load_trained(str(ema_runs[0]))[0].trainable_variables)
     assert set(alone) == set(resumed)
@@ -128,6 +131,40 @@ def test_resume_with_ema_equals_an_uninterrupted_run(ema_runs):
             np.testing.assert_allclose(resumed[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
         else:
             np.testing.assert_array_equal(resumed[name], value, err_msg=name)
+
+
+@pytest.mark.slow
+def test_the_raw_weights_are_those_of_the_same_run_without_ema(ema_runs):
+    """The average never feeds back: with --ema-decay, a run trains bit for bit the weights
+    (and optimizer state, data position, RNG) of the same command without it, so one tuning
+    run gives both the default recipe's weights (`export.py --no-ema`) and the average."""
+    alone, _, plain = ema_runs
+    with_ema, without = (checkpoint_tensors(Run(str(d)).checkpoints()[-1]) for d in (alone, plain))
+    averages = {n for n in with_ema if n.startswith(f"{EMA_KEY}/")}
+    assert averages
+    slots = "optimizer/_variables/"
+
+    def split(tensors, leave_out=()):
+        """(everything but the optimizer's numbered variables, those in their order)."""
+        named = {n: v for n, v in tensors.items() if not n.startswith(slots)}
+        numbered = sorted(
+            (int(n[len(slots) :].split("/")[0]), n) for n in tensors if n.startswith(slots)
+        )
+        return {n: v for n, v in named.items() if n not in leave_out}, [
+            tensors[n] for _, n in numbered
+        ]
+
+    # the optimizer numbers its copies of the averages first, so its own slots move up
+    (named, slot_values), (want_named, want_slots) = split(with_ema, averages), split(without)
+    assert set(named) == set(want_named) and len(slot_values) == len(want_slots)
+    compared = [n for n in want_named if n != "_CHECKPOINTABLE_OBJECT_GRAPH"]
+    # validation scored the average in one run and the raw weights in the other
+    compared = [n for n in compared if not n.startswith("bleu/")]
+    assert any(n.startswith("model/") for n in compared)
+    for name in compared:
+        np.testing.assert_array_equal(named[name], want_named[name], err_msg=name)
+    for i, (got, want) in enumerate(zip(slot_values, want_slots)):
+        np.testing.assert_array_equal(got, want, err_msg=f"optimizer slot {i}")
 
 
 def exported_arrays(path) -> list:

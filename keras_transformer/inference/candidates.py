@@ -96,12 +96,14 @@ def next_tokens(logits, step, per, count, group, eos_id, min_length, sampling, p
             (b, P + 1) (-1 after a sentence's prefix) and, when `sampling`, "sampling".
         group: G, a Python int or a scalar tensor.
         sampling: True to draw the token (`sampling.sampled_log_probs`), else the most
-            probable ones (`top_log_probs`, eos kept out before `min_length`).
+            probable ones (`top_log_probs`); either way eos is kept out before `min_length`.
         prefix_end: P, the column of "prefix" read once every prefix is done.
     """
     logits = tf.cast(logits, tf.float32)
     if sampling:
-        top_lp, top_ids, normalizer = sampled_log_probs(logits, step, count, per["sampling"])
+        top_lp, top_ids, normalizer = sampled_log_probs(
+            logits, step, count, per["sampling"], eos_id, min_length
+        )
     else:
         top_lp, top_ids, normalizer = top_log_probs(logits, step, count, eos_id, min_length)
     token = tf.gather(per["prefix"], tf.minimum(step, prefix_end), axis=1)  # (b,)

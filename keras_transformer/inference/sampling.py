@@ -24,24 +24,33 @@ def row_uniforms(seeds, step):
     return tf.map_fn(draw, tf.cast(seeds, tf.int64), fn_output_signature=tf.float32)
 
 
-def sampled_log_probs(logits, step, count, options):
+def sampled_log_probs(logits, step, count, options, eos_id=None, min_length=None):
     """(log-probs (N, count), ids (N, count), logsumexp (N, 1)): column 0 holds the drawn
     token and its log-probability under the model (temperature 1, before any cut), the other
     columns NEG_INF.
 
     The token is drawn from softmax(logits / temperature) restricted to the `top_k` most
     probable tokens (0: no limit) and to the smallest set of most probable tokens whose
-    probability reaches `top_p` (1: no limit), renormalized; top_k 1 is the argmax.
+    probability reaches `top_p` (1: no limit), renormalized; top_k 1 is the argmax. Before
+    `min_length` (step + 1 < min_length, eos included) eos is never drawn: it is left out
+    before the cuts and the draw, as in `candidates.top_log_probs`, and the
+    drawn token's log-probability stays the model's (not renormalized).
 
     Args:
         logits: (N, V) float32.
         options: {"temperature", "top_k", "top_p", "seed"}, each (N,).
+        eos_id, min_length: eos and the shortest output, eos included; min_length None
+            (the default): no minimum.
     """
     vocab = tf.shape(logits)[1]
     rows = tf.shape(logits)[0]
     normalizer = tf.reduce_logsumexp(logits, axis=-1, keepdims=True)
     temperature = tf.cast(options["temperature"], tf.float32)[:, tf.newaxis]
-    ordered, order = tf.math.top_k(logits / temperature, k=vocab)  # (N, V), best first
+    tempered = logits / temperature
+    if min_length is not None:
+        is_eos = tf.equal(tf.range(vocab), eos_id)[tf.newaxis, :]
+        tempered = tf.where(tf.logical_and(is_eos, step + 1 < min_length), NEG_INF, tempered)
+    ordered, order = tf.math.top_k(tempered, k=vocab)  # (N, V), best first
     probs = tf.nn.softmax(ordered)
     rank = tf.range(vocab)[tf.newaxis, :]
     top_k = tf.cast(options["top_k"], tf.int32)[:, tf.newaxis]

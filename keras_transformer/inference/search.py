@@ -115,7 +115,10 @@ def beam_search(
     )  # fmt: skip
 
 
-def sample(step_fn, initial_ids, initial_cache, max_lengths, eos_id: int, sampling: dict):
+def sample(
+    step_fn, initial_ids, initial_cache, max_lengths, eos_id: int, sampling: dict,
+    min_length=None,
+):  # fmt: skip
     """Ancestral sampling, one hypothesis per sentence, in the same loop as `beam_search`
     (beam 1, alpha 0) with the best extension replaced by a drawn one (see
     `sampling.sampled_log_probs`).
@@ -124,13 +127,24 @@ def sample(step_fn, initial_ids, initial_cache, max_lengths, eos_id: int, sampli
         sampling: {"temperature": (B,) float32 > 0, "top_k": (B,) int32 (0: the whole
             vocabulary), "top_p": (B,) float32 in (0, 1], "seed": (B,) int64}; a sentence's
             draws depend only on its own logits, options and seed.
+        min_length: shortest output, eos included (eos is never drawn before it); None
+            (the default): no minimum.
 
     Returns:
         (sequences (B, L) int32, log-probabilities under the model (B,) float32, at
          temperature 1 and without the top-k / top-p cut, so that `score` gives the same).
     """
     seqs, scores = _search(
-        step_fn, initial_ids, initial_cache, max_lengths, eos_id, 1, 0.0, None, None, sampling
+        step_fn,
+        initial_ids,
+        initial_cache,
+        max_lengths,
+        eos_id,
+        1,
+        0.0,
+        min_length,
+        None,
+        sampling,
     )
     return seqs[:, 0], scores[:, 0]
 

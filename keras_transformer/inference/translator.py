@@ -36,7 +36,7 @@ class Translator(tf.Module):
         min_length: shortest translation of a non-empty input, in tokens before eos (eos is
             no candidate until then; see `candidates.top_log_probs` for the scores); default 1,
             so a non-empty input never gets "" (as CTranslate2, fairseq and OpenNMT); 0
-            turns it off (the paper sets none). `sample` has no minimum.
+            turns it off (the paper sets none). `sample` keeps it too.
 
     Signatures (every input and output batch-major, B sentences):
       - `translator(inputs)` -> {"outputs" (B,) string, "scores" (B,) float32};
@@ -253,6 +253,7 @@ class Translator(tf.Module):
         ids, scores = search.sample(
             self.model.decode_step, bos, cache,
             self._max_lengths(lengths, self.max_extra_length), EOS_ID, sampling,
+            min_length=self.min_length + 1 if self.min_length else None,
         )  # fmt: skip
         text = self._detokenize(ids[:, tf.newaxis], empty)[:, 0]
         return {"outputs": text, "scores": tf.where(empty, 0.0, scores)}

@@ -440,6 +440,31 @@ def test_sample_draws_from_the_tempered_truncated_distribution():
         assert not counts[order[~keep]].any()
 
 
+def test_sample_keeps_eos_out_until_min_length_without_renormalizing():
+    """eos takes 0.9 of the first step: without a minimum most draws are empty; with one
+    token before eos (min_length 2, eos included) none is, the first token follows the other
+    tokens' renormalized probabilities, and the score stays the model's log-probability."""
+    probs = np.full((V, V), 1e-6)
+    probs[BOS, [EOS, A, B]] = [0.9, 0.075, 0.025]
+    probs[A, EOS] = probs[B, EOS] = 1.0
+    step_fn, n = table_step_fn(probs), 400
+    args = (step_fn, tf.fill([n], BOS), {}, tf.fill([n], 4), EOS)
+    options = {**sampling_options(n), "seed": tf.range(n, dtype=tf.int64)}
+    free, _ = sample(*args, options)
+    assert np.mean(free.numpy()[:, 0] == EOS) > 0.8
+    seqs, scores = sample(*args, options, min_length=2)
+    first = seqs.numpy()[:, 0]
+    assert set(first) == {A, B} and np.all(seqs.numpy()[:, 1] == EOS)
+    assert np.mean(first == A) == pytest.approx(0.75, abs=0.07)
+    expected = np.log(np.where(first == A, 0.075, 0.025) + 1e-12)
+    np.testing.assert_allclose(scores, expected, atol=1e-4)
+    # top_k 1 with the minimum is beam-1 greedy search with it
+    greedy, greedy_lp = beam_search(*args, beam_size=1, alpha=0.0, min_length=2)
+    argmax, argmax_lp = sample(*args, {**options, "top_k": tf.ones([n], tf.int32)}, min_length=2)
+    np.testing.assert_array_equal(argmax, greedy[:, 0])
+    np.testing.assert_allclose(argmax_lp, greedy_lp[:, 0], atol=1e-5)
+
+
 def counting(step_fn):
     """(step_fn, calls): the same step function, counting its calls (the search runs
     eagerly here, one call per step)."""

@@ -112,6 +112,12 @@ def test_min_length_tokens_come_before_eos(trained, min_length):
     prefix_length = int(tf.size(tokenizer.tokenize(tf.constant(["Ein"]))[0]))
     first_eos = [np.flatnonzero(h == EOS_ID)[0] for h in ids[:, 0].numpy()]
     assert first_eos == [max(expected, prefix_length)] * len(SENTENCES)
+    n = len(SENTENCES)  # sampling keeps the minimum too
+    sampled = translator.sample(
+        tf.constant(SENTENCES), tf.ones([n]), tf.zeros([n], tf.int32), tf.ones([n]),
+        tf.range(n, dtype=tf.int64),
+    )["outputs"].numpy()  # fmt: skip
+    assert [bool(text) for text in sampled] == [expected > 0] * n
 
 
 def test_min_length_must_be_a_count(trained):

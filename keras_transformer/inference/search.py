@@ -135,17 +135,9 @@ def sample(
          temperature 1 and without the top-k / top-p cut, so that `score` gives the same).
     """
     seqs, scores = _search(
-        step_fn,
-        initial_ids,
-        initial_cache,
-        max_lengths,
-        eos_id,
-        1,
-        0.0,
-        min_length,
-        None,
+        step_fn, initial_ids, initial_cache, max_lengths, eos_id, 1, 0.0, min_length, None,
         sampling,
-    )
+    )  # fmt: skip
     return seqs[:, 0], scores[:, 0]
 
 

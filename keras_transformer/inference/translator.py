@@ -68,6 +68,8 @@ class Translator(tf.Module):
         opt.check_options(beam_size, alpha, max_extra_length)
         opt.check_min_length(min_length)
         self.min_length = min_length
+        # the searches count eos in their minimum; None: no minimum
+        self._search_min_length = min_length + 1 if min_length else None
         self.model = model
         self.tokenizer = tokenizer
         self.beam_size = beam_size
@@ -152,8 +154,7 @@ class Translator(tf.Module):
         ids, scores = search.beam_search(
             self.model.decode_step, bos, cache, max_lengths, EOS_ID,
             beam_size=beam_size, alpha=alpha, prefix=prefix_ids, num_best=num_best,
-            # the search counts eos in its minimum
-            min_length=self.min_length + 1 if self.min_length else None,
+            min_length=self._search_min_length,
         )  # fmt: skip
         return ids, scores, empty
 
@@ -253,7 +254,7 @@ class Translator(tf.Module):
         ids, scores = search.sample(
             self.model.decode_step, bos, cache,
             self._max_lengths(lengths, self.max_extra_length), EOS_ID, sampling,
-            min_length=self.min_length + 1 if self.min_length else None,
+            min_length=self._search_min_length,
         )  # fmt: skip
         text = self._detokenize(ids[:, tf.newaxis], empty)[:, 0]
         return {"outputs": text, "scores": tf.where(empty, 0.0, scores)}

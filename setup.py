@@ -40,9 +40,11 @@ setup(
     },
     entry_points={
         "console_scripts": [
-            "kt-translate=keras_transformer.inference.translate:main",
-            "kt-evaluate=keras_transformer.inference.evaluate:main",
-            "kt-score=keras_transformer.inference.score:main",
+            "kt-train=keras_transformer.cli.train:main",
+            "kt-export=keras_transformer.cli.export:main",
+            "kt-translate=keras_transformer.cli.translate:main",
+            "kt-evaluate=keras_transformer.cli.evaluate:main",
+            "kt-score=keras_transformer.cli.score:main",
         ]
     },
 )

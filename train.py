@@ -1,63 +1,8 @@
-"""Train a Transformer (default: small preset on Multi30k, en->de).
+"""`python train.py ...` from a checkout: the same command as the installed `kt-train`."""
 
-    python train.py --strategy mirrored
-    python train.py --dataset tfds:wmt14_translate/de-en --data-dir ~/tensorflow_datasets \
-        --src-lang en --tgt-lang de --preset base --strategy mirrored --precision mixed_float16
-
-Running again with the same --model-dir resumes where it stopped.
-"""
-
-from __future__ import annotations
-
-import argparse
-import os
 import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-
-def parse_args(argv=None):
-    """The command line is built from `TrainArgs`: one definition of every flag."""
-    import dataclasses
-
-    from keras_transformer.training.args import TrainArgs, option
-
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    for field in dataclasses.fields(TrainArgs):
-        kind = str(field.type)
-        meta = dict(help=field.metadata["help"], default=field.default)
-        if kind == "bool":
-            parser.add_argument(option(field.name), action="store_true", **meta)
-            continue
-        convert = int if kind.startswith("int") else float if kind.startswith("float") else str
-        if field.name == "data_dir":
-            meta["default"] = os.environ.get("KT_DATA_DIR")
-        parser.add_argument(
-            option(field.name), type=convert, choices=field.metadata["choices"], **meta
-        )
-    return TrainArgs(**vars(parser.parse_args(argv)))
-
-
-def main(argv=None) -> int:
-    args = parse_args(argv)  # no TensorFlow yet: --help and flag errors answer at once
-    from keras_transformer.errors import KerasTransformerError
-    from keras_transformer.training.args import validate
-
-    try:
-        validate(args)
-        from keras_transformer.training.strategy import split_cpu
-
-        split_cpu(args.cpu_devices)  # before anything starts TensorFlow's runtime
-        from keras_transformer.training.trainer import train
-
-        train(args)
-    except KerasTransformerError as err:
-        print(f"train.py: error: {err}", file=sys.stderr)
-        return 2
-    return 0
-
+from keras_transformer.cli.train import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(prog="train.py"))

@@ -318,7 +318,7 @@ CASES = [
         "translate-missing-input",
         (
             "-m",
-            "keras_transformer.inference.translate",
+            "keras_transformer.cli.translate",
             "--model",
             "{export}",
             "--input",
@@ -328,35 +328,35 @@ CASES = [
     ),
     Case(
         "translate-output-folder-missing",
-        ("-m", "keras_transformer.inference.translate", "--model", "{export}",
+        ("-m", "keras_transformer.cli.translate", "--model", "{export}",
          "--input", "{tmp}/in.txt", "--output", "{tmp}/no/out.txt"),
         ("--output", "{tmp}/no/out.txt"),
         setup=write("in.txt", "A dog.\n"),
     ),
     Case(
         "translate-bad-temperature",
-        ("-m", "keras_transformer.inference.translate", "--model", "{export}",
+        ("-m", "keras_transformer.cli.translate", "--model", "{export}",
          "--input", "{tmp}/in.txt", "--temperature", "0"),
         ("--temperature", "0"),
         setup=write("in.txt", "A dog.\n"),
     ),
     Case(
         "translate-prefix-file-length",
-        ("-m", "keras_transformer.inference.translate", "--model", "{export}",
+        ("-m", "keras_transformer.cli.translate", "--model", "{export}",
          "--input", "{tmp}/in.txt", "--prefix-file", "{tmp}/prefix.txt"),
         ("--prefix-file", "prefix.txt"),
         setup=TWO_LINES_ONE_PREFIX,
     ),
     Case(
         "evaluate-output-is-a-directory",
-        ("-m", "keras_transformer.inference.evaluate", "--model", "{export}",
+        ("-m", "keras_transformer.cli.evaluate", "--model", "{export}",
          "--src", "{tmp}/in.txt", "--ref", "{tmp}/in.txt", "--output", "{tmp}"),
         ("--output", "is a directory"),
         setup=write("in.txt", "A dog.\n"),
     ),
     Case(
         "score-line-counts-differ",
-        ("-m", "keras_transformer.inference.score", "--model", "{export}",
+        ("-m", "keras_transformer.cli.score", "--model", "{export}",
          "--src", "{tmp}/in.txt", "--tgt", "{tmp}/prefix.txt"),
         ("prefix.txt", "in.txt"),
         setup=TWO_LINES_ONE_PREFIX,
@@ -376,7 +376,9 @@ def trained(tmp_path_factory, multi30k_dir):
 
 
 def command_name(argv) -> str:
-    return argv[1].rsplit(".", 1)[-1] if argv[0] == "-m" else argv[0]
+    """`python -m keras_transformer.cli.translate` is `kt-translate`; `python train.py` is
+    `train.py`."""
+    return "kt-" + argv[1].rsplit(".", 1)[-1] if argv[0] == "-m" else argv[0]
 
 
 @pytest.mark.slow
@@ -396,10 +398,13 @@ def test_bad_input_fails_in_one_line(case, trained, tmp_path, multi30k_dir):
 
 
 HELP_COMMANDS = [
+    ("path", "train.py"),
     ("path", "export.py"),
-    ("module", "keras_transformer.inference.translate"),
-    ("module", "keras_transformer.inference.evaluate"),
-    ("module", "keras_transformer.inference.score"),
+    ("module", "keras_transformer.cli.train"),
+    ("module", "keras_transformer.cli.export"),
+    ("module", "keras_transformer.cli.translate"),
+    ("module", "keras_transformer.cli.evaluate"),
+    ("module", "keras_transformer.cli.score"),
 ]
 
 

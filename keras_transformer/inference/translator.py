@@ -14,7 +14,7 @@ from keras_transformer.inference import search
 # on a GPU server (TF Serving #2016)
 TOKENIZER_DEVICE = "/device:CPU:0"
 
-# kept importable from here: the command lines and export.py name them
+# kept importable from here: the commands (keras_transformer.cli) name them
 DecodingOptionsError = opt.DecodingOptionsError
 check_options = opt.check_options
 

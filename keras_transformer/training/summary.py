@@ -1,4 +1,4 @@
-"""What `train.py` prints when training ends: what happened and the commands to run next."""
+"""What `kt-train` prints when training ends: what happened and the commands to run next."""
 
 from __future__ import annotations
 
@@ -33,11 +33,11 @@ def summarize(run_dir: Run, settings: TrainSettings, model, bleu) -> dict:
     src, ref = _test_files(settings)
     lines += [
         "next steps:",
-        f"  python export.py --model-dir {out} --export-dir exports   # averages the last 5 checkpoints",
-        f"  python export.py --model-dir {out} --export-dir exports --best   # or the best-BLEU weights",
-        f"  python -m keras_transformer.inference.translate --model exports/transformer/1 < {src} > translations.txt",
-        f"  python -m keras_transformer.inference.evaluate --model exports/transformer/1 --src {src} --ref {ref}",
-        "  (exports/transformer/1: the version directory that export.py prints)",
+        f"  kt-export --model-dir {out} --export-dir exports   # averages the last 5 checkpoints",
+        f"  kt-export --model-dir {out} --export-dir exports --best   # or the best-BLEU weights",
+        f"  kt-translate --model exports/transformer/1 < {src} > translations.txt",
+        f"  kt-evaluate --model exports/transformer/1 --src {src} --ref {ref}",
+        "  (exports/transformer/1: the version directory that kt-export prints)",
     ]
     print("\n".join(lines), flush=True)
     return result

@@ -420,11 +420,8 @@ def test_export_cli_merges_models_config_and_says_what_it_wrote(exported, tmp_pa
 
 
 def test_export_defaults_are_the_librarys():
-    import importlib.util
+    from keras_transformer.cli import export as cli
 
-    spec = importlib.util.spec_from_file_location("export_cli", os.path.join(ROOT, "export.py"))
-    cli = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(cli)
     args = cli.parse_args(["--model-dir", "r", "--export-dir", "e"])
     assert (args.beam_size, args.alpha, args.max_extra_length) == (
         config.BEAM_SIZE,
@@ -462,7 +459,7 @@ def test_translate_keeps_input_order_and_shows_progress(exported, tmp_path):
     src = tmp_path / "in.txt"
     src.write_text("\n".join(SOURCES) + "\n")
     out = run_module(
-        "-m", "keras_transformer.inference.translate", "--model", path, "--input", str(src),
+        "-m", "keras_transformer.cli.translate", "--model", path, "--input", str(src),
         "--batch-size", "2", check=True,
     )  # fmt: skip
     model, tokenizer, _ = load_trained(run, average_last=AVERAGE_LAST)
@@ -472,7 +469,7 @@ def test_translate_keeps_input_order_and_shows_progress(exported, tmp_path):
     assert f"{len(SOURCES)}/{len(SOURCES)}" in out.stderr  # the progress bar
     # per-request options: beam 1 through translate_with_options
     greedy = run_module(
-        "-m", "keras_transformer.inference.translate", "--model", path, "--input", str(src),
+        "-m", "keras_transformer.cli.translate", "--model", path, "--input", str(src),
         "--beam-size", "1", "--alpha", "0", "--max-extra-length", "10", check=True,
     )  # fmt: skip
     one = Translator(model, tokenizer, beam_size=1, alpha=0.0, max_extra_length=10)
@@ -489,7 +486,7 @@ def test_evaluate_scores_the_translations_in_order(exported, tmp_path):
     references = list(reversed(SOURCES))  # any fixed references: the BLEU must be theirs
     ref.write_text("\n".join(references) + "\n")
     out = run_module(
-        "-m", "keras_transformer.inference.evaluate", "--model", path, "--src", str(src),
+        "-m", "keras_transformer.cli.evaluate", "--model", path, "--src", str(src),
         "--ref", str(ref), "--batch-size", "4", check=True,
     )  # fmt: skip
     result = json.loads(out.stdout)
@@ -516,9 +513,9 @@ def test_evaluate_names_the_bad_flag_or_file(exported, tmp_path, flags, message)
     fill = {"missing": str(tmp_path / "nope.txt"), "tmp": str(tmp_path)}
     argv = ["--model", path, "--src", str(src), "--ref", str(src)]
     argv += [f.format(**fill) for f in flags]
-    out = run_module("-m", "keras_transformer.inference.evaluate", *argv)
+    out = run_module("-m", "keras_transformer.cli.evaluate", *argv)
     assert out.returncode == 2 and "Traceback" not in out.stderr
-    assert out.stderr.strip().splitlines()[-1] == f"evaluate: error: {message.format(**fill)}"
+    assert out.stderr.strip().splitlines()[-1] == f"kt-evaluate: error: {message.format(**fill)}"
 
 
 def concatenated(first, second):
@@ -689,7 +686,7 @@ def test_score_cli_writes_json_lines_in_input_order(exported, tmp_path):
     targets = ["Ein Mann fährt.", "Zwei Hunde.", "", "Ein Mädchen.", "Zwei Männer.", "Hunde."]
     tgt.write_text("\n".join(targets) + "\n")
     out = run_module(
-        "-m", "keras_transformer.inference.score", "--model", path, "--src", str(src),
+        "-m", "keras_transformer.cli.score", "--model", path, "--src", str(src),
         "--tgt", str(tgt), "--batch-size", "2", check=True,
     )  # fmt: skip
     lines = [json.loads(line) for line in out.stdout.splitlines()]
@@ -709,7 +706,7 @@ def test_translate_samples_and_completes_prefixes(exported, tmp_path):
     src, prefixes = tmp_path / "in.txt", tmp_path / "prefix.txt"
     src.write_text("\n".join(SOURCES) + "\n")
     prefixes.write_text("\n".join(["Ein", "", "Zwei", "", "", "Hunde"]) + "\n")
-    argv = ["-m", "keras_transformer.inference.translate", "--model", path, "--input", str(src)]
+    argv = ["-m", "keras_transformer.cli.translate", "--model", path, "--input", str(src)]
     completed = run_module(*argv, "--prefix-file", str(prefixes), check=True).stdout.splitlines()
     for text, prefix in zip(completed, ["Ein", "", "Zwei", "", "", "Hunde"]):
         assert text.startswith(prefix)
@@ -735,7 +732,7 @@ def test_translate_replaces_invalid_utf8_on_stdin_as_in_files(exported, tmp_path
     _, _, path = exported
     raw = b"caf\xc3 \xff broken\nA dog.\n"
     (tmp_path / "in.txt").write_bytes(raw)
-    argv = ["-m", "keras_transformer.inference.translate", "--model", path]
+    argv = ["-m", "keras_transformer.cli.translate", "--model", path]
     from_stdin = run_module(*argv, input=raw.decode("latin-1"), encoding="latin-1")
     from_file = run_module(*argv, "--input", str(tmp_path / "in.txt"), check=True)
     assert from_stdin.returncode == 0, from_stdin.stderr

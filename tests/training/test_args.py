@@ -4,6 +4,7 @@ import sys
 
 import pytest
 
+from keras_transformer.cli import train
 from keras_transformer.training.args import (
     ConfigError,
     TrainArgs,
@@ -12,9 +13,6 @@ from keras_transformer.training.args import (
     step_floats_per_token,
     validate,
 )
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-import train  # noqa: E402
 
 
 def never(*_):
@@ -195,7 +193,7 @@ def test_flags_are_parsed_and_checked_before_tensorflow_loads(argv, status):
 
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     probe = (
-        "import sys, train\n"
+        "import sys\nfrom keras_transformer.cli import train\n"
         "try:\n"
         f"    code = train.main({argv!r})\n"
         "except SystemExit as exit:\n"

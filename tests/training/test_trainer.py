@@ -122,7 +122,7 @@ def test_resume_after_sigkill_is_exact(tmp_path, multi30k_dir, corpora):
     assert "training ended at step 40 of 40" in out.stdout
     assert corpora == "one" or "2 corpora" in out.stdout and "tagged <BT>" in out.stdout
     assert "ran out of data" not in out.stderr  # Keras stops after the last validation batch
-    assert f"python export.py --model-dir {alone} --export-dir exports" in out.stdout
+    assert f"kt-export --model-dir {alone} --export-dir exports" in out.stdout
 
     model_dir = tmp_path / "killed"
     proc = subprocess.Popen(

@@ -1,6 +1,6 @@
 """Score an exported model on a test set with sacreBLEU; prints JSON.
 
-python -m keras_transformer.inference.evaluate --model EXPORT/transformer/1 --src F --ref F
+kt-evaluate --model EXPORT/transformer/1 --src F --ref F
 
 `seconds` is the translation time (the export is loaded before the clock starts);
 `target_tokens_per_s` counts the export's own SentencePiece pieces of the translations,
@@ -14,6 +14,8 @@ import json
 import os
 import sys
 import time
+
+from keras_transformer.cli.common import add_decoding_flags, decoder, flag_error
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -29,11 +31,9 @@ def target_tokens(model_path: str, texts: list[str]) -> int | None:
     return sum(len(ids) + 1 for ids in processor.encode(texts))
 
 
-def main(argv=None) -> int:
-    from keras_transformer.inference.translate import add_decoding_flags, decoder, flag_error
-
+def main(argv=None, prog: str = "kt-evaluate") -> int:
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     add_decoding_flags(parser)
     parser.add_argument("--src", required=True, help="source sentences (plain or .gz)")
@@ -59,7 +59,7 @@ def main(argv=None) -> int:
             )
         translate_fn, options = decoder(args, len(sources))
     except (KerasTransformerError, OSError) as err:
-        return flag_error("evaluate", err)
+        return flag_error(prog, err)
     start = time.perf_counter()
     hypotheses, _ = translate_all(translate_fn, sources, args.batch_size, **options)
     seconds = time.perf_counter() - start

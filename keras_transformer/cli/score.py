@@ -1,6 +1,6 @@
 """Score given translations with an exported model (forced decoding); prints JSON lines.
 
-python -m keras_transformer.inference.score --model EXPORT/transformer/1 --src F --tgt F
+kt-score --model EXPORT/transformer/1 --src F --tgt F
 
 One line per sentence pair, in input order: {"score": the sum of the target pieces'
 log-probabilities (eos included), "token_scores": one per target piece, "target_tokens":
@@ -15,6 +15,8 @@ import argparse
 import json
 import os
 import sys
+
+from keras_transformer.cli.common import flag_error
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -36,9 +38,9 @@ def records(out, rows):
         }
 
 
-def main(argv=None) -> int:
+def main(argv=None, prog: str = "kt-score") -> int:
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--model", required=True, help="an export version directory")
     parser.add_argument("--src", required=True, help="source sentences (plain or .gz)")
@@ -56,7 +58,6 @@ def main(argv=None) -> int:
         read_lines,
         write_lines,
     )
-    from keras_transformer.inference.translate import flag_error
 
     try:
         check_output(args.output)
@@ -70,7 +71,7 @@ def main(argv=None) -> int:
             )
         score_fn = load_export(args.model, "score")
     except (KerasTransformerError, OSError) as err:
-        return flag_error("score", err)
+        return flag_error(prog, err)
     import tensorflow as tf
 
     order = length_order(sources)

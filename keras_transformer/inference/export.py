@@ -10,8 +10,10 @@ Signatures: `serving_default` (inputs: string (None,) -> outputs: string (None,)
 float32 (None,)), `translate_nbest` (outputs and scores of shape (None, beam)) and
 `translate_with_options` (inputs plus per-sentence (None,) beam_size, alpha, max_extra_length,
 num_hypotheses, target_prefix -> outputs and scores of shape (None, the largest
-num_hypotheses)), `score` and `sample` (see `Translator`). The graph holds only
-TensorFlow and TensorFlow Text ops. Variables are tracked through
+num_hypotheses)), `score` and `sample` (see `Translator`); an `xla` export adds
+`xla_warmup` (shapes (None, 5) int32 -> shapes), which its warmup requests call. The graph
+holds only TensorFlow and TensorFlow Text ops (an `xla` export: also a function compiled by
+XLA, which the server must allow). Variables are tracked through
 `keras.export.ExportArchive`, so TF1-style session loaders (TF Serving's) find them.
 `models.config` lists every model exported to the same directory: exporting a model
 replaces its own entry and keeps the others.
@@ -24,18 +26,24 @@ import shutil
 import tempfile
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from keras_transformer.config import ALPHA, AVERAGE_LAST, BEAM_SIZE, MAX_EXTRA_LENGTH, MIN_LENGTH
 from keras_transformer.errors import KerasTransformerError
 from keras_transformer.files import write_atomic
-from keras_transformer.inference.options import OPTIONS, SAMPLE, SCORE, STRINGS
+from keras_transformer.inference import xla_search
+from keras_transformer.inference.options import OPTIONS, SAMPLE, SCORE, STRINGS, XLA_SHAPES
 from keras_transformer.inference.translator import Translator
 from keras_transformer.run_dir import Run, load_trained
 
 WARMUP_FILE = "tf_serving_warmup_requests"
 WARMUP_SENTENCES = ("A man is riding a bicycle.", "", "Zwei Hunde spielen im Schnee.")
 MODELS_CONFIG = "models.config"
+# --xla: the largest request (sentences) the warmup compiles for: serving/batching.config's
+# max_batch_size; the rows of one warmup request (at most that too)
+XLA_MAX_BATCH = 64
+XLA_WARMUP_CHUNK = 32
 
 
 class ExportError(KerasTransformerError, ValueError):
@@ -57,17 +65,24 @@ def _field(number: int, payload: bytes) -> bytes:
     return _varint(number << 3 | 2) + _varint(len(payload)) + payload
 
 
-def warmup_record(model_name: str, sentences, signature_name: str = "serving_default") -> bytes:
+def warmup_record(
+    model_name: str, sentences, signature_name: str = "serving_default", inputs=None
+) -> bytes:
     """A serialized tensorflow.serving.PredictionLog holding one PredictRequest.
 
     Encoded by hand (PredictionLog.predict_log = 6, PredictLog.request = 1,
     PredictRequest.model_spec = 1 / inputs = 2, ModelSpec.name = 1 / signature_name = 3)
     so that exporting needs no tensorflow-serving-api; tests check it against that package.
+    `inputs` ({name: array}) replaces the default {"inputs": sentences}.
     """
-    tensor = tf.make_tensor_proto(list(sentences), dtype=tf.string).SerializeToString()
+    if inputs is None:
+        inputs = {"inputs": tf.make_tensor_proto(list(sentences), dtype=tf.string)}
+    else:
+        inputs = {name: tf.make_tensor_proto(value) for name, value in inputs.items()}
     model_spec = _field(1, model_name.encode()) + _field(3, signature_name.encode())
-    inputs_entry = _field(1, b"inputs") + _field(2, tensor)  # map<string, TensorProto> entry
-    request = _field(1, model_spec) + _field(2, inputs_entry)
+    request = _field(1, model_spec)
+    for name, tensor in inputs.items():  # map<string, TensorProto> entries
+        request += _field(2, _field(1, name.encode()) + _field(2, tensor.SerializeToString()))
     return _field(6, _field(1, request))
 
 
@@ -125,11 +140,13 @@ def export_translator(
     model_name: str = "transformer",
     version: int | None = None,
     base_path: str | None = None,
+    xla_max_batch: int = XLA_MAX_BATCH,
 ) -> str:
     """Write `translator` as `<export_dir>/<model_name>/<version>/`; returns that path.
 
     The version directory appears whole or not at all (written beside it, then renamed);
-    an existing version is never overwritten.
+    an existing version is never overwritten. A `Translator(xla=True)` gets warmup requests
+    that compile its search for requests of up to `xla_max_batch` sentences.
     """
     model_root = os.path.join(export_dir, model_name)
     version = next_version(model_root) if version is None else version
@@ -143,7 +160,7 @@ def export_translator(
     # a concurrent export gets its own
     staging = tempfile.mkdtemp(dir=model_root, prefix=f".tmp-{version}-")
     try:
-        _write_saved_model(translator, staging, model_name)
+        _write_saved_model(translator, staging, model_name, xla_max_batch)
         try:
             os.rename(staging, final)  # fails, rather than replaces, if `final` appeared
         except OSError:
@@ -159,17 +176,22 @@ def export_translator(
     return final
 
 
-def _write_saved_model(translator: Translator, path: str, model_name: str) -> None:
+def _write_saved_model(
+    translator: Translator, path: str, model_name: str, xla_max_batch: int = XLA_MAX_BATCH
+) -> None:
     archive = keras.export.ExportArchive()
     archive.track(translator.model)
     archive.track(translator.tokenizer)  # the SentencePiece resource
-    for name, fn, signature in (
+    endpoints = [
         ("serving_default", translator.__call__, [STRINGS]),
         ("translate_nbest", translator.translate_nbest, [STRINGS]),
         ("translate_with_options", translator.translate_with_options, OPTIONS),
         ("score", translator.score, SCORE),
         ("sample", translator.sample, SAMPLE),
-    ):
+    ]
+    if translator.xla:
+        endpoints.append(("xla_warmup", translator.xla_warmup, [XLA_SHAPES]))
+    for name, fn, signature in endpoints:
         archive.add_endpoint(name, fn.python_function, input_signature=signature)
     archive.write_out(path, verbose=False)
     # the graph holds the SentencePiece model itself; the file is for people and tools
@@ -179,7 +201,25 @@ def _write_saved_model(translator: Translator, path: str, model_name: str) -> No
     extra = os.path.join(path, "assets.extra")
     os.makedirs(extra, exist_ok=True)
     with tf.io.TFRecordWriter(os.path.join(extra, WARMUP_FILE)) as writer:
+        if translator.xla:  # every shape the search compiles for, before any request
+            shapes = xla_warmup_shapes(translator, xla_max_batch)
+            for start in range(0, len(shapes), XLA_WARMUP_CHUNK):
+                chunk = np.array(shapes[start : start + XLA_WARMUP_CHUNK], np.int32)
+                writer.write(warmup_record(model_name, (), "xla_warmup", {"shapes": chunk}))
         writer.write(warmup_record(model_name, WARMUP_SENTENCES))
+
+
+def xla_warmup_shapes(translator: Translator, max_batch: int) -> list[list[int]]:
+    """The shapes an `xla` translator's searches compile for (`xla_search.warmup_shapes`):
+    requests of at most `max_batch` sentences of any length, the export's beam size and
+    greedy search (beam 1), no target prefix."""
+    return xla_search.warmup_shapes(
+        max_batch=max_batch,
+        source_widths=xla_search.source_widths(translator.max_input_length),
+        max_extra_length=translator.max_extra_length,
+        beam_sizes=sorted({translator.beam_size, 1}),
+        max_output_length=translator.max_output_length,
+    )
 
 
 def describe_export(path: str) -> str:
@@ -231,11 +271,15 @@ def export_run(
     use_best: bool = False,
     attention_layer: int | None = None,
     ema: bool = True,
+    xla: bool = False,
+    xla_max_batch: int = XLA_MAX_BATCH,
 ) -> str:
     """Load the run in `model_dir` (averaging the last K checkpoints) and export it.
 
     Checkpoints holding moving averages of the weights (--ema-decay) contribute those, unless
     `ema` is False (the raw weights). best/ holds only the weights that were validated.
+    `xla`: the beam searches compiled by XLA (`Translator`'s `xla`), with warmup requests
+    for up to `xla_max_batch` sentences a request.
     """
     if use_best and not ema and load_trained_config(model_dir).get("ema_decay"):
         raise ExportError(
@@ -253,5 +297,9 @@ def export_run(
         max_extra_length=max_extra_length,
         min_length=min_length,
         attention_layer=attention_layer,
+        xla=xla,
     )
-    return export_translator(translator, export_dir, model_name=model_name, version=version)
+    return export_translator(
+        translator, export_dir, model_name=model_name, version=version,
+        xla_max_batch=xla_max_batch,
+    )  # fmt: skip

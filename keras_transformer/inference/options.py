@@ -30,6 +30,8 @@ SAMPLE = [
     tf.TensorSpec([None], tf.float32, name="top_p"),
     tf.TensorSpec([None], tf.int64, name="seed"),
 ]
+# the XLA search's shapes to compile, [P, C, S, K, W] a row (`Translator.xla_warmup`)
+XLA_SHAPES = tf.TensorSpec([None, 5], tf.int32, name="shapes")
 # every option's dtype, for callers that build the (B,) vectors
 DTYPES = {spec.name: spec.dtype for spec in OPTIONS[1:] + SAMPLE[1:]}
 # per-request bounds: a request cannot ask for unbounded memory or time

@@ -313,6 +313,12 @@ CASES = [
         ("export.py", "--model-dir", "{run}", "--export-dir", "{tmp}/e", "--min-length", "-1"),
         ("--min-length", "-1"),
     ),
+    Case(
+        "export-xla-max-batch-zero",
+        ("export.py", "--model-dir", "{run}", "--export-dir", "{tmp}/e", "--xla",
+         "--xla-max-batch", "0"),
+        ("--xla-max-batch", "0"),
+    ),  # fmt: skip
     # ---- translate / evaluate / score
     Case(
         "translate-missing-input",

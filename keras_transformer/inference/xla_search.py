@@ -13,9 +13,10 @@ shapes only. Here the steps run in segments:
   - between segments, in the ordinary graph: the settled sentences are written out, the live
     ones gathered (compaction) and padded to the next power of two P (padding rows settled
     from the start), and a full cache doubles (C -> 2C).
-So the loop runs few rows where search.py's would, and the host sees the batch size (the
-`Where` of the compaction) once per segment instead of at every step: on a GPU, a
-device-to-host copy per segment, not per step.
+So the steps run few rows where search.py's would, and the host sees the batch size (the
+`Where` of the compaction) once per segment instead of at every step: on a GPU, the
+compaction's device-to-host copies happen per segment, not per step (the compiled loop still
+reads its own predicate at every step; `benchmarks/loop_ops.py` counts both).
 
 The outputs are those of `search.beam_search`: a sentence's result depends only on its own
 rows, whichever batch and cache capacity it runs in; the positions a fixed-capacity cache

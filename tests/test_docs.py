@@ -2,9 +2,10 @@
 
 Every command line of a fenced bash block in README.md and docs/*.md that runs one of the
 package's commands (`kt-train`, `kt-export`, `kt-translate`, `kt-evaluate`, `kt-score`,
-`python train.py`, `python export.py`, `python -m keras_transformer.cli.*`) is parsed by that
-command's own argument parser (its `main(argv)`, stopped right after the parse: nothing is
-trained, read or written), so a renamed or removed flag fails here. The dated logs in
+`python train.py`, `python export.py`, `python -m keras_transformer.cli.*`), and of the scripts
+in benchmarks/ and serving/, is parsed by that command's own argument parser (its `main`,
+stopped right after the parse: nothing is trained, read or written), so a renamed or removed
+flag fails here. The dated logs in
 docs/experiments/ record commands as they were run, so they are not parsed, but they too must
 name no machine path.
 """
@@ -13,12 +14,15 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import glob
 import importlib
+import importlib.util
 import io
 import os
 import re
 import shlex
+import sys
 
 import pytest
 
@@ -41,6 +45,7 @@ COMMANDS = {
     "train.py": "train",
     "export.py": "export",
 }
+SCRIPT_DIRS = ("benchmarks", "serving")
 WRAPPERS = {"timeout", "nice", "flock", "env", "time"}
 SEPARATORS = {"&&", "||", "|", ";", "&"}
 REDIRECTIONS = {"<", ">", ">>", "2>", "2>&1"}
@@ -99,6 +104,8 @@ def package_command(tokens: list[str]) -> tuple[str, list[str]] | None:
         name, argv = os.path.basename(tokens[1]), tokens[2:]
         if name in ("train.py", "export.py") and tokens[1] == name:  # the checkout's shims
             return COMMANDS[name], argv
+        if os.path.dirname(tokens[1]) in SCRIPT_DIRS and name.endswith(".py"):
+            return tokens[1], argv  # a script of the checkout, e.g. benchmarks/bench_real.py
         return None
     if tokens[0] in COMMANDS and tokens[0].startswith("kt-"):
         return COMMANDS[tokens[0]], tokens[1:]
@@ -122,8 +129,9 @@ class _Parsed(Exception):
         self.namespace = namespace
 
 
-def parse_with_the_real_parser(module_name: str, argv: list[str], monkeypatch) -> None:
-    """Runs `keras_transformer.cli.<module_name>.main(argv)` up to its argument parse.
+def parse_with_the_real_parser(command: str, argv: list[str], monkeypatch) -> None:
+    """Runs the command's `main` up to its argument parse: `keras_transformer.cli.<command>`,
+    or a script of the checkout (`benchmarks/bench_real.py`) given by its path.
 
     Raises AssertionError with argparse's message when the command line does not parse
     (an abbreviated flag included: it would break as soon as a second flag shares the prefix).
@@ -135,18 +143,28 @@ def parse_with_the_real_parser(module_name: str, argv: list[str], monkeypatch) -
         raise _Parsed(real_parse(self, args, namespace))
 
     monkeypatch.setattr(argparse.ArgumentParser, "parse_args", parse_and_stop)
-    module = importlib.import_module(f"keras_transformer.cli.{module_name}")
+    if command.endswith(".py"):
+        path = os.path.join(REPO, command)
+        monkeypatch.syspath_prepend(os.path.dirname(path))  # the scripts import their neighbours
+        monkeypatch.setattr(sys, "argv", [path, *argv])  # some read sys.argv themselves
+        spec = importlib.util.spec_from_file_location(f"_doc_{command}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        run = module.main
+    else:
+        module = importlib.import_module(f"keras_transformer.cli.{command}")
+        run = functools.partial(module.main, argv)
     stderr = io.StringIO()
     try:
         with contextlib.redirect_stderr(stderr):
-            module.main(argv)
+            run()
     except _Parsed:
         return
     except SystemExit as exit_:
         raise AssertionError(
-            f"{module_name} {shlex.join(argv)}: exit {exit_.code}\n{stderr.getvalue()}"
+            f"{command} {shlex.join(argv)}: exit {exit_.code}\n{stderr.getvalue()}"
         ) from None
-    raise AssertionError(f"{module_name}.main never parsed its arguments")
+    raise AssertionError(f"{command}: main never parsed its arguments")
 
 
 def test_every_documented_command_parses_with_its_parser(monkeypatch):
@@ -154,7 +172,8 @@ def test_every_documented_command_parses_with_its_parser(monkeypatch):
     monkeypatch.setenv("KT_DATA_DIR", "data")  # a default some flags read
     found = documented_commands([README] + PAGES)
     # the pages show every command; a parser that finds nothing would check nothing
-    assert {module for _, module, _ in found} == set(COMMANDS.values()), found
+    assert set(COMMANDS.values()) <= {module for _, module, _ in found}, found
+    assert {"benchmarks/bench_real.py", "serving/client.py"} <= {c for _, c, _ in found}
     assert len(found) >= 30, len(found)
     failures = []
     for page, module, argv in found:
@@ -175,6 +194,8 @@ def test_every_documented_command_parses_with_its_parser(monkeypatch):
         ("kt-translate --model m --beam 4", "translate"),
         ("kt-evaluate --model m --src a --reference b", "evaluate"),
         ("kt-score --model m --src a", "score"),
+        ("python benchmarks/bench_real.py --run r --round 3", "benchmarks/bench_real.py"),
+        ("python serving/client.py --grpc localhost:8500 --beams 8 A", "serving/client.py"),
     ],
 )
 def test_a_command_with_a_wrong_flag_fails_the_check(line, module, monkeypatch):
@@ -196,6 +217,7 @@ def test_command_lines_are_split_like_bash():
         "python -m keras_transformer.cli.score --model m --src a --tgt b\n"
         "timeout -s KILL 3600 python export.py --model-dir r --export-dir e\n"
         "python benchmarks/bench_data.py --data-dir x\n"
+        "python tools/other.py --flag\n"
     )
     commands = [package_command(c) for c in command_lines(block)]
     assert [c for c in commands if c] == [
@@ -204,6 +226,7 @@ def test_command_lines_are_split_like_bash():
         ("translate", ["--model", "e/t/1"]),
         ("score", ["--model", "m", "--src", "a", "--tgt", "b"]),
         ("export", ["--model-dir", "r", "--export-dir", "e"]),
+        ("benchmarks/bench_data.py", ["--data-dir", "x"]),
     ]
 
 

@@ -130,8 +130,9 @@ class _Parsed(Exception):
 
 
 def parse_with_the_real_parser(command: str, argv: list[str], monkeypatch) -> None:
-    """Runs the command's `main` up to its argument parse: `keras_transformer.cli.<command>`,
-    or a script of the checkout (`benchmarks/bench_real.py`) given by its path.
+    """Runs the command's argument parse (`parse_args` where the module has one, else its
+    `main`, stopped right after the parse): `keras_transformer.cli.<command>`, or a script of
+    the checkout (`benchmarks/bench_real.py`) given by its path.
 
     Raises AssertionError with argparse's message when the command line does not parse
     (an abbreviated flag included: it would break as soon as a second flag shares the prefix).
@@ -153,7 +154,9 @@ def parse_with_the_real_parser(command: str, argv: list[str], monkeypatch) -> No
         run = module.main
     else:
         module = importlib.import_module(f"keras_transformer.cli.{command}")
-        run = functools.partial(module.main, argv)
+        # a command's own parse function where it has one (train, export): it cannot go on
+        # to train or export, whatever its main does before or after parsing
+        run = functools.partial(getattr(module, "parse_args", module.main), argv)
     stderr = io.StringIO()
     try:
         with contextlib.redirect_stderr(stderr):

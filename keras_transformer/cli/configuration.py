@@ -47,7 +47,7 @@ take a comma-separated string or a YAML list. A run's `config.json` is a valid F
 "training" section is read; the file's `model_dir` is that run's: pass `--model-dir` to start
 a new run from its settings).
 
-```sh
+```bash
 kt-train --config recipes/wmt14-base.yaml --data-dir ~/tensorflow_datasets
 kt-train --config recipes/wmt14-base.yaml --train-steps 50000      # a flag given wins
 kt-train --config runs/multi30k-en-de/config.json --model-dir runs/again --seed 1

@@ -421,3 +421,24 @@ def test_help_answers_before_tensorflow_loads(kind, target):
     )
     out = run_command(["-c", code])
     assert out.stdout.decode().strip().splitlines()[-1] == "EXIT 0 False", out.stderr[-2000:]
+
+
+FLAG_ERRORS = [
+    (("train.py", "--bogus", "1"), "train.py", ("unrecognized arguments: --bogus 1",)),
+    (("train.py", "--preset", "huge"), "train.py", ("--preset", "'huge'")),
+    (("-m", "keras_transformer.cli.train", "--train-steps", "x"), "kt-train", ("--train-steps",)),
+    (("export.py", "--model-dir", "r"), "export.py", ("--export-dir",)),
+    (("-m", "keras_transformer.cli.export", "--version", "v"), "kt-export", ("--version",)),
+    (("-m", "keras_transformer.cli.translate"), "kt-translate", ("--model",)),
+    (("-m", "keras_transformer.cli.evaluate", "--model", "m"), "kt-evaluate", ("--src", "--ref")),
+    (("-m", "keras_transformer.cli.score", "--beam", "2"), "kt-score", ("--model",)),
+]
+
+
+@pytest.mark.parametrize("argv, command, names", FLAG_ERRORS, ids=[c for _, c, _ in FLAG_ERRORS])
+def test_flag_errors_are_one_line_pointing_to_help(argv, command, names):
+    """argparse's own errors (unknown flag, bad value, missing flag) keep the contract too:
+    one line naming the flag and `<command> --help`, not the whole usage."""
+    out = run_command(list(argv))
+    line = assert_clean_failure(out, command, names)
+    assert line.endswith(f"(see {command} --help)"), line

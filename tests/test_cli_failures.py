@@ -69,6 +69,30 @@ def with_training(run_dir, **settings):
     (run_dir / "config.json").write_text(json.dumps(config))
 
 
+def tfds_with_a_shard_missing(tmp):
+    """The test TFDS dataset prepared in {tmp}/tfds, its training shard deleted (a copy that
+    stopped half-way)."""
+    from tests.data import tfds_fixture
+
+    tfds_fixture.prepare(str(tmp / "tfds"))
+    (shard,) = (tmp / "tfds").rglob("*-train.tfrecord-*")
+    shard.unlink()
+
+
+def export_before_the_vector_signatures(tmp):
+    """A SavedModel with only `serving_default`, as exports made before `sample` and
+    `translate_with_options` were added."""
+    import tensorflow as tf
+
+    module = tf.Module()
+    module.f = tf.function(
+        lambda inputs: {"outputs": inputs, "scores": tf.zeros(tf.shape(inputs))},
+        input_signature=[tf.TensorSpec([None], tf.string)],
+    )
+    tf.saved_model.save(module, str(tmp / "old"), signatures={"serving_default": module.f})
+    (tmp / "in.txt").write_text("A dog.\n")
+
+
 CASES = [
     # ---- train.py
     Case(
@@ -130,6 +154,19 @@ CASES = [
             "{tmp}",
         ),
         ("unknown TFDS dataset 'no_such_dataset'",),
+    ),
+    Case(
+        "train-tfds-unknown-config",
+        ("train.py", "--model-dir", "{tmp}/new", "--dataset", "tfds:wmt14_translate/xx-yy",
+         "--data-dir", "{tmp}"),
+        ("TFDS cannot build 'wmt14_translate/xx-yy'", "xx-yy not found"),
+    ),
+    Case(
+        "train-tfds-shard-missing",
+        ("train.py", "--model-dir", "{tmp}/new", "--dataset", "tfds:kt_tiny_translate",
+         "--src-lang", "en", "--tgt-lang", "de", "--data-dir", "{tmp}/tfds"),
+        ("kt_tiny_translate is missing 1 of the 1 shard files", "'train'", "copy"),
+        setup=tfds_with_a_shard_missing,
     ),
     Case(
         "train-tfds-not-prepared",
@@ -353,6 +390,20 @@ CASES = [
          "--src", "{tmp}/in.txt", "--ref", "{tmp}/in.txt", "--output", "{tmp}"),
         ("--output", "is a directory"),
         setup=write("in.txt", "A dog.\n"),
+    ),
+    Case(
+        "translate-seed-with-an-export-without-sample",
+        ("-m", "keras_transformer.cli.translate", "--model", "{tmp}/old", "--input",
+         "{tmp}/in.txt", "--seed", "1"),
+        ("{tmp}/old", "no 'sample' signature", "re-export with this version"),
+        setup=export_before_the_vector_signatures,
+    ),
+    Case(
+        "evaluate-beam-size-with-an-export-without-options",
+        ("-m", "keras_transformer.cli.evaluate", "--model", "{tmp}/old", "--src",
+         "{tmp}/in.txt", "--ref", "{tmp}/in.txt", "--beam-size", "2"),
+        ("no 'translate_with_options' signature", "re-export with this version"),
+        setup=export_before_the_vector_signatures,
     ),
     Case(
         "score-line-counts-differ",

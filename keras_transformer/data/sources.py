@@ -228,15 +228,29 @@ def tfds_builder(name: str, data_dir: str | None, *, download: bool = False):
     """
     import absl.logging
     import tensorflow_datasets as tfds
+    from tensorflow_datasets.core.registered import (
+        DatasetCollectionNotFoundError,
+        DatasetNotFoundError,
+    )
 
     verbosity = absl.logging.get_verbosity()
     absl.logging.set_verbosity(absl.logging.ERROR)  # "no dataset_info.json" for unprepared dirs
     try:
         builder = tfds.builder(name, data_dir=data_dir)
         prepared = builder.is_prepared()
-    except Exception as err:  # tfds raises several types for unknown names and configs
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise DataError(f"unknown TFDS dataset {name!r} (--dataset tfds:NAME): {first}") from None
+    except (DatasetNotFoundError, DatasetCollectionNotFoundError) as err:
+        raise DataError(
+            f"unknown TFDS dataset {name!r} (--dataset tfds:NAME): {_first_line(err)}"
+        ) from None
+    except (ValueError, AssertionError) as err:  # a config or version it does not have
+        raise DataError(
+            f"TFDS cannot build {name!r} (--dataset tfds:NAME[/CONFIG][:VERSION]): "
+            f"{_first_line(err)}"
+        ) from None
+    except OSError as err:
+        raise DataError(
+            f"TFDS cannot read {name!r} in --data-dir {data_dir}: {_first_line(err)}"
+        ) from None
     finally:
         absl.logging.set_verbosity(verbosity)
     if prepared:
@@ -253,11 +267,32 @@ def tfds_builder(name: str, data_dir: str | None, *, download: bool = False):
     try:
         builder.download_and_prepare()
     except Exception as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise DataError(
-            f"--tfds-download: TFDS could not download and prepare {name} in {root}: {first}"
+            f"--tfds-download: TFDS could not download and prepare {name} in {root}: "
+            f"{_first_line(err)}"
         ) from None
     return builder
+
+
+def _first_line(err: Exception) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+def check_shards(builder, name: str, split: str) -> None:
+    """Raise DataError when a shard file of `split` is missing (a half-copied dataset), now
+    rather than as a NotFoundError when reading reaches it."""
+    try:
+        paths = [os.fspath(p) for p in builder.info.splits[split].filepaths]
+    except (AttributeError, KeyError, TypeError):  # a TFDS without SplitInfo.filepaths
+        return
+    missing = [p for p in paths if not tf.io.gfile.exists(p)]
+    if missing:
+        raise DataError(
+            f"TFDS dataset {name} is missing {len(missing)} of the {len(paths)} shard files of "
+            f"its {split!r} split (first: {missing[0]}): copy the prepared dataset again, or "
+            "prepare it anew (--tfds-download)"
+        )
 
 
 def tfds_translation(
@@ -288,6 +323,7 @@ def tfds_translation(
         raise DataError(
             f"TFDS dataset {name} has no {split!r} split (it has {sorted(builder.info.splits)})"
         )
+    check_shards(builder, name, split)
     size = builder.info.splits[split].num_examples
 
     def read(subsplit: str) -> tf.data.Dataset:

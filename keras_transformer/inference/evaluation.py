@@ -76,7 +76,13 @@ def load_export(model_path: str, signature: str = "serving_default"):
 
     if not os.path.isfile(os.path.join(model_path, "saved_model.pb")):
         raise EvaluationError(f"no saved_model.pb in {model_path}: is it an export version?")
-    return tf.saved_model.load(model_path).signatures[signature]
+    signatures = tf.saved_model.load(model_path).signatures
+    if signature not in signatures:
+        raise EvaluationError(
+            f"{model_path} has no {signature!r} signature (it has {sorted(signatures)}): it "
+            "was exported by an earlier version; re-export with this version (kt-export)"
+        )
+    return signatures[signature]
 
 
 def length_order(sentences: list[str]) -> list[int]:

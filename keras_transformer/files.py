@@ -6,6 +6,36 @@ from __future__ import annotations
 import os
 import tempfile
 
+from keras_transformer.errors import KerasTransformerError
+
+
+class PathError(KerasTransformerError, ValueError):
+    """An output path that cannot be written; the message names the flag."""
+
+
+def check_writable_dir(path: str, flag: str) -> None:
+    """Raise PathError naming `flag` unless `path` is a directory this process can write, or
+    can be made one (its nearest existing ancestor is a writable directory). Nothing is
+    created: a command checks its output paths before its long work, not after."""
+    path = os.path.abspath(os.fspath(path))
+    if os.path.exists(path):
+        if not os.path.isdir(path):
+            raise PathError(f"{flag} {path} is a file; give a directory (new or existing)")
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise PathError(f"{flag} {path} is not writable; choose another directory")
+        return
+    ancestor = os.path.dirname(path)
+    while not os.path.exists(ancestor) and os.path.dirname(ancestor) != ancestor:
+        ancestor = os.path.dirname(ancestor)
+    if not os.path.isdir(ancestor):
+        raise PathError(
+            f"{flag} {path} cannot be created: {ancestor} is a file; choose another directory"
+        )
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise PathError(
+            f"{flag} {path} cannot be created: {ancestor} is not writable; choose another directory"
+        )
+
 
 def current_umask() -> int:
     """The process's umask (read from /proc where it can be, so it is never changed)."""
@@ -58,4 +88,12 @@ def write_atomic(path: str, data: bytes | str) -> None:
         raise
 
 
-__all__ = ["current_umask", "dir_mode", "file_mode", "make_public_dir", "write_atomic"]
+__all__ = [
+    "PathError",
+    "check_writable_dir",
+    "current_umask",
+    "dir_mode",
+    "file_mode",
+    "make_public_dir",
+    "write_atomic",
+]

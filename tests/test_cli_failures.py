@@ -101,6 +101,18 @@ CASES = [
         ("--train-steps", "-3"),
     ),
     Case(
+        "train-model-dir-under-a-file",
+        ("train.py", "--model-dir", "{tmp}/afile/run", "--data-dir", "{data}"),
+        ("--model-dir {tmp}/afile/run", "{tmp}/afile is a file"),
+        setup=write("afile", "not a directory"),
+    ),
+    Case(
+        "train-model-dir-is-a-file",
+        ("train.py", "--model-dir", "{tmp}/afile", "--data-dir", "{data}"),
+        ("--model-dir {tmp}/afile is a file",),
+        setup=write("afile", "not a directory"),
+    ),
+    Case(
         "train-missing-files",
         ("train.py", "--model-dir", "{tmp}/new", "--dataset", "files"),
         ("--dataset files", "--train-src", "--train-tgt"),
@@ -326,6 +338,12 @@ CASES = [
         "export-dir-is-a-file",
         ("export.py", "--model-dir", "{run}", "--export-dir", "{tmp}/afile"),
         ("--export-dir", "{tmp}/afile"),
+        setup=write("afile", "not a directory"),
+    ),
+    Case(
+        "export-dir-under-a-file",
+        ("export.py", "--model-dir", "{run}", "--export-dir", "{tmp}/afile/exports"),
+        ("--export-dir {tmp}/afile/exports", "{tmp}/afile is a file"),
         setup=write("afile", "not a directory"),
     ),
     Case(

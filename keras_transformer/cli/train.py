@@ -47,6 +47,9 @@ def main(argv=None, prog: str = "kt-train") -> int:
 
     try:
         validate(args)
+        from keras_transformer.files import check_writable_dir
+
+        check_writable_dir(args.model_dir, "--model-dir")  # before the data and the tokenizer
         from keras_transformer.training.strategy import split_cpu
 
         split_cpu(args.cpu_devices)  # before anything starts TensorFlow's runtime

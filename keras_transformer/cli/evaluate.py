@@ -15,7 +15,12 @@ import os
 import sys
 import time
 
-from keras_transformer.cli.common import add_decoding_flags, decoder, flag_error
+from keras_transformer.cli.common import (
+    ArgumentParser,
+    add_decoding_flags,
+    decoder,
+    flag_error,
+)
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -32,7 +37,7 @@ def target_tokens(model_path: str, texts: list[str]) -> int | None:
 
 
 def main(argv=None, prog: str = "kt-evaluate") -> int:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     add_decoding_flags(parser)

@@ -16,7 +16,7 @@ import json
 import os
 import sys
 
-from keras_transformer.cli.common import flag_error
+from keras_transformer.cli.common import ArgumentParser, flag_error
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -31,7 +31,7 @@ from keras_transformer.config import (  # noqa: E402
 
 
 def parse_args(argv=None, prog: str = "kt-export") -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(

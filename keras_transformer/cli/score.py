@@ -16,7 +16,7 @@ import json
 import os
 import sys
 
-from keras_transformer.cli.common import flag_error
+from keras_transformer.cli.common import ArgumentParser, flag_error
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -39,7 +39,7 @@ def records(out, rows):
 
 
 def main(argv=None, prog: str = "kt-score") -> int:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--model", required=True, help="an export version directory")

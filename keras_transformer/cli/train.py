@@ -13,6 +13,8 @@ import argparse
 import os
 import sys
 
+from keras_transformer.cli.common import ArgumentParser
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
@@ -22,7 +24,7 @@ def parse_args(argv=None, prog: str = "kt-train"):
 
     from keras_transformer.training.args import TrainArgs, option
 
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     for field in dataclasses.fields(TrainArgs):

@@ -171,7 +171,7 @@ CASES = [
         "train-tfds-unknown-config",
         ("train.py", "--model-dir", "{tmp}/new", "--dataset", "tfds:wmt14_translate/xx-yy",
          "--data-dir", "{tmp}"),
-        ("TFDS cannot build 'wmt14_translate/xx-yy'", "xx-yy not found"),
+        ("unknown TFDS dataset 'wmt14_translate/xx-yy'", "xx-yy not found"),
     ),
     Case(
         "train-tfds-shard-missing",

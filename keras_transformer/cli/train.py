@@ -45,10 +45,10 @@ def parse_args(argv=None, prog: str = "kt-train"):
 def main(argv=None, prog: str = "kt-train") -> int:
     args = parse_args(argv, prog)  # no TensorFlow yet: --help and flag errors answer at once
     from keras_transformer.errors import KerasTransformerError
-    from keras_transformer.training.args import validate
+    from keras_transformer.training.plan import Plan
 
     try:
-        validate(args)
+        plan = Plan.of(args)  # checked once, corpus lists parsed once
         from keras_transformer.files import check_writable_dir
 
         check_writable_dir(args.model_dir, "--model-dir")  # before the data and the tokenizer
@@ -57,7 +57,7 @@ def main(argv=None, prog: str = "kt-train") -> int:
         split_cpu(args.cpu_devices)  # before anything starts TensorFlow's runtime
         from keras_transformer.training.trainer import train
 
-        train(args)
+        train(plan)
     except KerasTransformerError as err:
         print(f"{prog}: error: {err}", file=sys.stderr)
         return 2

@@ -69,12 +69,48 @@ def with_training(run_dir, **settings):
     (run_dir / "config.json").write_text(json.dumps(config))
 
 
+def tfds_with_a_shard_missing(tmp):
+    """The test TFDS dataset prepared in {tmp}/tfds, its training shard deleted (a copy that
+    stopped half-way)."""
+    from tests.data import tfds_fixture
+
+    tfds_fixture.prepare(str(tmp / "tfds"))
+    (shard,) = (tmp / "tfds").rglob("*-train.tfrecord-*")
+    shard.unlink()
+
+
+def export_before_the_vector_signatures(tmp):
+    """A SavedModel with only `serving_default`, as exports made before `sample` and
+    `translate_with_options` were added."""
+    import tensorflow as tf
+
+    module = tf.Module()
+    module.f = tf.function(
+        lambda inputs: {"outputs": inputs, "scores": tf.zeros(tf.shape(inputs))},
+        input_signature=[tf.TensorSpec([None], tf.string)],
+    )
+    tf.saved_model.save(module, str(tmp / "old"), signatures={"serving_default": module.f})
+    (tmp / "in.txt").write_text("A dog.\n")
+
+
 CASES = [
     # ---- train.py
     Case(
         "train-negative-steps",
         ("train.py", "--model-dir", "{tmp}/new", "--train-steps", "-3"),
         ("--train-steps", "-3"),
+    ),
+    Case(
+        "train-model-dir-under-a-file",
+        ("train.py", "--model-dir", "{tmp}/afile/run", "--data-dir", "{data}"),
+        ("--model-dir {tmp}/afile/run", "{tmp}/afile is a file"),
+        setup=write("afile", "not a directory"),
+    ),
+    Case(
+        "train-model-dir-is-a-file",
+        ("train.py", "--model-dir", "{tmp}/afile", "--data-dir", "{data}"),
+        ("--model-dir {tmp}/afile is a file",),
+        setup=write("afile", "not a directory"),
     ),
     Case(
         "train-missing-files",
@@ -130,6 +166,19 @@ CASES = [
             "{tmp}",
         ),
         ("unknown TFDS dataset 'no_such_dataset'",),
+    ),
+    Case(
+        "train-tfds-unknown-config",
+        ("train.py", "--model-dir", "{tmp}/new", "--dataset", "tfds:wmt14_translate/xx-yy",
+         "--data-dir", "{tmp}"),
+        ("unknown TFDS dataset 'wmt14_translate/xx-yy'", "xx-yy not found"),
+    ),
+    Case(
+        "train-tfds-shard-missing",
+        ("train.py", "--model-dir", "{tmp}/new", "--dataset", "tfds:kt_tiny_translate",
+         "--src-lang", "en", "--tgt-lang", "de", "--data-dir", "{tmp}/tfds"),
+        ("kt_tiny_translate is missing 1 of the 1 shard files", "'train'", "copy"),
+        setup=tfds_with_a_shard_missing,
     ),
     Case(
         "train-tfds-not-prepared",
@@ -334,6 +383,12 @@ CASES = [
         setup=write("afile", "not a directory"),
     ),
     Case(
+        "export-dir-under-a-file",
+        ("export.py", "--model-dir", "{run}", "--export-dir", "{tmp}/afile/exports"),
+        ("--export-dir {tmp}/afile/exports", "{tmp}/afile is a file"),
+        setup=write("afile", "not a directory"),
+    ),
+    Case(
         "export-corrupt-config",
         ("export.py", "--model-dir", "{run}", "--export-dir", "{tmp}/e"),
         ("config.json", "not valid JSON"),
@@ -395,6 +450,20 @@ CASES = [
          "--src", "{tmp}/in.txt", "--ref", "{tmp}/in.txt", "--output", "{tmp}"),
         ("--output", "is a directory"),
         setup=write("in.txt", "A dog.\n"),
+    ),
+    Case(
+        "translate-seed-with-an-export-without-sample",
+        ("-m", "keras_transformer.cli.translate", "--model", "{tmp}/old", "--input",
+         "{tmp}/in.txt", "--seed", "1"),
+        ("{tmp}/old", "no 'sample' signature", "re-export with this version"),
+        setup=export_before_the_vector_signatures,
+    ),
+    Case(
+        "evaluate-beam-size-with-an-export-without-options",
+        ("-m", "keras_transformer.cli.evaluate", "--model", "{tmp}/old", "--src",
+         "{tmp}/in.txt", "--ref", "{tmp}/in.txt", "--beam-size", "2"),
+        ("no 'translate_with_options' signature", "re-export with this version"),
+        setup=export_before_the_vector_signatures,
     ),
     Case(
         "score-line-counts-differ",
@@ -463,3 +532,24 @@ def test_help_answers_before_tensorflow_loads(kind, target):
     )
     out = run_command(["-c", code])
     assert out.stdout.decode().strip().splitlines()[-1] == "EXIT 0 False", out.stderr[-2000:]
+
+
+FLAG_ERRORS = [
+    (("train.py", "--bogus", "1"), "train.py", ("unrecognized arguments: --bogus 1",)),
+    (("train.py", "--preset", "huge"), "train.py", ("--preset", "'huge'")),
+    (("-m", "keras_transformer.cli.train", "--train-steps", "x"), "kt-train", ("--train-steps",)),
+    (("export.py", "--model-dir", "r"), "export.py", ("--export-dir",)),
+    (("-m", "keras_transformer.cli.export", "--version", "v"), "kt-export", ("--version",)),
+    (("-m", "keras_transformer.cli.translate"), "kt-translate", ("--model",)),
+    (("-m", "keras_transformer.cli.evaluate", "--model", "m"), "kt-evaluate", ("--src", "--ref")),
+    (("-m", "keras_transformer.cli.score", "--beam", "2"), "kt-score", ("--model",)),
+]
+
+
+@pytest.mark.parametrize("argv, command, names", FLAG_ERRORS, ids=[c for _, c, _ in FLAG_ERRORS])
+def test_flag_errors_are_one_line_pointing_to_help(argv, command, names):
+    """argparse's own errors (unknown flag, bad value, missing flag) keep the contract too:
+    one line naming the flag and `<command> --help`, not the whole usage."""
+    out = run_command(list(argv))
+    line = assert_clean_failure(out, command, names)
+    assert line.endswith(f"(see {command} --help)"), line

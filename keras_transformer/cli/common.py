@@ -50,6 +50,16 @@ def setup_logging(level: str = "INFO", stream=None) -> logging.Logger:
     return logger
 
 
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse with the commands' failure contract: a flag error is one line on stderr,
+    `<prog>: error: <message> (see <prog> --help)`, and exit status 2 (argparse itself
+    prints the whole usage first)."""
+
+    def error(self, message: str):
+        message = " ".join(message.split())  # argparse wraps long choice lists over lines
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def add_decoding_flags(parser: argparse.ArgumentParser) -> None:
     """The flags shared by `translate` and `evaluate`."""
     parser.add_argument("--model", required=True, help="an export version directory")

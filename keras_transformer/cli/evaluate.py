@@ -16,6 +16,7 @@ import sys
 import time
 
 from keras_transformer.cli.common import (
+    ArgumentParser,
     add_decoding_flags,
     add_log_level_flag,
     decoder,
@@ -38,7 +39,7 @@ def target_tokens(model_path: str, texts: list[str]) -> int | None:
 
 
 def main(argv=None, prog: str = "kt-evaluate") -> int:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     add_decoding_flags(parser)

@@ -16,7 +16,12 @@ import json
 import os
 import sys
 
-from keras_transformer.cli.common import add_log_level_flag, flag_error, setup_logging
+from keras_transformer.cli.common import (
+    ArgumentParser,
+    add_log_level_flag,
+    flag_error,
+    setup_logging,
+)
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -31,7 +36,7 @@ from keras_transformer.config import (  # noqa: E402
 
 
 def parse_args(argv=None, prog: str = "kt-export") -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
@@ -84,14 +89,12 @@ def main(argv=None, prog: str = "kt-export") -> int:
     args = parse_args(argv, prog)
     setup_logging(args.log_level)
     from keras_transformer.errors import KerasTransformerError
+    from keras_transformer.files import check_writable_dir
     from keras_transformer.inference.export import describe_export, export_run
     from keras_transformer.inference.options import check_min_length, check_options
 
     try:
-        if os.path.exists(args.export_dir) and not os.path.isdir(args.export_dir):
-            raise KerasTransformerError(
-                f"--export-dir {args.export_dir} is a file; give a directory (new or existing)"
-            )
+        check_writable_dir(args.export_dir, "--export-dir")
         check_options(args.beam_size, args.alpha, args.max_extra_length)
         check_min_length(args.min_length)
         if args.version is not None and args.version < 1:

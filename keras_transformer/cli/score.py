@@ -16,7 +16,12 @@ import json
 import os
 import sys
 
-from keras_transformer.cli.common import add_log_level_flag, flag_error, setup_logging
+from keras_transformer.cli.common import (
+    ArgumentParser,
+    add_log_level_flag,
+    flag_error,
+    setup_logging,
+)
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -39,7 +44,7 @@ def records(out, rows):
 
 
 def main(argv=None, prog: str = "kt-score") -> int:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--model", required=True, help="an export version directory")

@@ -15,6 +15,8 @@ import argparse
 import os
 import sys
 
+from keras_transformer.cli.common import ArgumentParser
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
@@ -32,7 +34,7 @@ def build_parser(prog: str = "kt-train") -> argparse.ArgumentParser:
     from keras_transformer.cli.common import add_log_level_flag
     from keras_transformer.training.args import TrainArgs, option
 
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     for field in dataclasses.fields(TrainArgs):
@@ -122,6 +124,9 @@ def main(argv=None, prog: str = "kt-train") -> int:
             plan = Plan.of(args)  # checked once, corpus lists parsed once
         except ConfigError as err:
             raise ConfigError(where(str(err), command)) from None
+        from keras_transformer.files import check_writable_dir
+
+        check_writable_dir(args.model_dir, "--model-dir")  # before the data and the tokenizer
         from keras_transformer.training.strategy import split_cpu
 
         split_cpu(args.cpu_devices)  # before anything starts TensorFlow's runtime

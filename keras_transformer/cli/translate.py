@@ -17,6 +17,7 @@ import os
 import sys
 
 from keras_transformer.cli.common import (
+    ArgumentParser,
     add_decoding_flags,
     add_log_level_flag,
     add_sampling_flags,
@@ -29,7 +30,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
 def main(argv=None, prog: str = "kt-translate") -> int:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     add_decoding_flags(parser)

@@ -7,7 +7,6 @@ an export's signature, and any in-process `Translator` works the same way.
 from __future__ import annotations
 
 import gzip
-import io
 import os
 import sys
 
@@ -22,15 +21,27 @@ class EvaluationError(KerasTransformerError, ValueError):
 
 def read_lines(path: str) -> list[str]:
     """The lines of a plain or .gz UTF-8 file, or of stdin for "-" (invalid bytes replaced
-    by U+FFFD either way), without newlines."""
+    by U+FFFD either way), without newlines.
+
+    The rule training reads its files by (`tf.data.TextLineDataset`), for files and stdin
+    alike: lines end at "\n" only, and every "\r" is dropped (a CRLF file reads as its LF
+    twin; a stray "\r" never splits a line, so N lines in give N translations out).
+    """
     if path == "-":
-        stream = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace")
-        return [line.rstrip("\n") for line in stream]
-    if not os.path.isfile(path):
+        data = sys.stdin.buffer.read()
+    elif not os.path.isfile(path):
         raise EvaluationError(f"{path} not found")
-    opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8", errors="replace") as handle:
-        return [line.rstrip("\n") for line in handle]
+    else:
+        with (gzip.open if path.endswith(".gz") else open)(path, "rb") as handle:
+            data = handle.read()
+    return split_lines(data)
+
+
+def split_lines(data: bytes) -> list[str]:
+    """`data`'s lines by `read_lines`' rule: split at "\n", "\r" dropped, UTF-8 with
+    invalid bytes replaced; a last line without "\n" counts."""
+    lines = data.decode("utf-8", errors="replace").replace("\r", "").split("\n")
+    return lines[:-1] if lines[-1] == "" else lines
 
 
 def check_output(path: str | None, flag: str = "--output") -> None:
@@ -65,7 +76,13 @@ def load_export(model_path: str, signature: str = "serving_default"):
 
     if not os.path.isfile(os.path.join(model_path, "saved_model.pb")):
         raise EvaluationError(f"no saved_model.pb in {model_path}: is it an export version?")
-    return tf.saved_model.load(model_path).signatures[signature]
+    signatures = tf.saved_model.load(model_path).signatures
+    if signature not in signatures:
+        raise EvaluationError(
+            f"{model_path} has no {signature!r} signature (it has {sorted(signatures)}): it "
+            "was exported by an earlier version; re-export with this version (kt-export)"
+        )
+    return signatures[signature]
 
 
 def length_order(sentences: list[str]) -> list[int]:

@@ -28,7 +28,7 @@ import tensorflow as tf
 
 from keras_transformer.config import ALPHA, AVERAGE_LAST, BEAM_SIZE, MAX_EXTRA_LENGTH, MIN_LENGTH
 from keras_transformer.errors import KerasTransformerError
-from keras_transformer.files import write_atomic
+from keras_transformer.files import make_public_dir, write_atomic
 from keras_transformer.inference.options import OPTIONS, SAMPLE, SCORE, STRINGS
 from keras_transformer.inference.translator import Translator
 from keras_transformer.run_dir import Run, load_trained
@@ -143,6 +143,7 @@ def export_translator(
     # a concurrent export gets its own
     staging = tempfile.mkdtemp(dir=model_root, prefix=f".tmp-{version}-")
     try:
+        make_public_dir(staging)  # mkdtemp's 0700 -> the umask's: TF Serving may be another user
         _write_saved_model(translator, staging, model_name)
         try:
             os.rename(staging, final)  # fails, rather than replaces, if `final` appeared

@@ -232,10 +232,11 @@ def subword_sampler(tokenizer: SubwordTokenizer, alpha: float | None) -> Subword
 def count_batches(
     train, tokenizer, batch_tokens: int, max_length: int, sample: int = 20_000, subword=None
 ):
-    """Batches in one pass over the corpus: counted on up to `sample` pairs, then scaled.
+    """Batches in one pass over the corpus: counted on up to `sample` pairs of the first
+    pass's order (pieces interleaved over the whole corpus, not storage order), then scaled.
     (A MixedText: its first mixed pass, tags included; with `subword`, sampled as in
     training: longer.)"""
-    pairs = train.epoch(0, 0) if isinstance(train, MixedText) else train.dataset
+    pairs = train.epoch(0, 0)
     batches = make_batches(
         pairs.take(sample),
         tokenizer,

@@ -229,7 +229,7 @@ def restore(shared: Run, checkpoint, model, bleu, metrics) -> bool:
             f"checkpoint {paths[-1]} does not match this model and training state ({first}): "
             "it was written by another configuration or version; use a new --model-dir"
         ) from None
-    bleu.restore_best(shared)
+    bleu.restore_best(shared, _step(model))
     metrics.resume()
     scale = getattr(model.optimizer, "dynamic_scale", None)
     scale = f" (loss scale {float(scale.numpy()):g})" if scale is not None else ""
@@ -282,6 +282,7 @@ def make_callbacks(settings, manager, model, guard, evaluation: list) -> list:
     return [
         guard,
         *evaluation,
+        *cb.kill_switch(state),  # tests only ($KT_KILL_AT)
         cb.CheckpointEvery(manager, state, settings.checkpoint_every, guard),
         cb.StopAtStep(state, settings.train_steps),
     ]

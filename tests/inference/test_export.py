@@ -83,9 +83,41 @@ def tf1_session(path, requests):
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory, multi30k_dir):
     base = tmp_path_factory.mktemp("serving")
-    run = make_run(str(base / "run"), multi30k_dir)
-    path = export_run(run, str(base / "exports"), model_name="transformer", max_extra_length=10)
+    mask = os.umask(0o022)  # the common default; test_files_have_the_umasks_modes reads it
+    try:
+        run = make_run(str(base / "run"), multi30k_dir)
+        path = export_run(run, str(base / "exports"), model_name="transformer", max_extra_length=10)
+    finally:
+        os.umask(mask)
     return run, str(base / "exports"), path
+
+
+def modes(root):
+    """{path relative to root: permission bits} of every directory and file under root."""
+    found = {}
+    for folder, names, files in os.walk(root):
+        for name in names + files:
+            path = os.path.join(folder, name)
+            found[os.path.relpath(path, root)] = os.stat(path).st_mode & 0o777
+    return found
+
+
+def test_files_have_the_umasks_modes(exported):
+    """Under umask 022 everything the run and the export wrote reads as `open` and
+    `os.makedirs` give it: directories 0755, files 0644 (TF Serving running as another user
+    reads the model), not mkdtemp's 0700 and mkstemp's 0600."""
+    run, export_dir, path = exported
+    for root in (run, export_dir):
+        found = modes(root)
+        assert found, root
+        for relative, mode in found.items():
+            full = os.path.join(root, relative)
+            assert mode == (0o755 if os.path.isdir(full) else 0o644), (full, oct(mode))
+    found = modes(export_dir)
+    assert {"models.config", "transformer", "transformer/1", "transformer/1/saved_model.pb"} <= set(
+        found
+    )
+    assert {"config.json", "spm.model", "checkpoints/checkpoint"} <= set(modes(run))
 
 
 def test_layout(exported):

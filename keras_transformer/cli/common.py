@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 
 SAMPLING_FLAGS = ("sample_topk", "sample_topp", "temperature", "seed")
@@ -15,6 +16,11 @@ def add_decoding_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--beam-size", type=int, help="per-request beam size (default: export's)")
     parser.add_argument("--alpha", type=float, help="per-request length penalty exponent")
     parser.add_argument("--max-extra-length", type=int, help="per-request output length bound")
+    parser.add_argument(
+        "--stop-rule",
+        choices=("exact", "finished", "top"),
+        help="per-request stop rule of the beam search (default: the export's; see kt-export)",
+    )
 
 
 def add_sampling_flags(parser: argparse.ArgumentParser) -> None:
@@ -37,12 +43,14 @@ def decoder(args, lines: int = 0):
         raise EvaluationError(f"--batch-size must be >= 1, got {args.batch_size}")
     sampling = any(getattr(args, flag, None) is not None for flag in SAMPLING_FLAGS)
     prefixes = getattr(args, "prefix", None)
-    given = (args.beam_size, args.alpha, args.max_extra_length, prefixes)
+    stop_rule = getattr(args, "stop_rule", None)
+    given = (args.beam_size, args.alpha, args.max_extra_length, prefixes, stop_rule)
     if sampling:
         if any(value is not None for value in given):
             raise EvaluationError(
                 "--sample-* / --temperature / --seed draw one translation: drop --beam-size, "
-                "--alpha, --max-extra-length and --prefix-file, or the sampling flags"
+                "--alpha, --max-extra-length, --stop-rule and --prefix-file, or the sampling "
+                "flags"
             )
         options = {
             "temperature": 1.0 if args.temperature is None else args.temperature,
@@ -63,7 +71,28 @@ def decoder(args, lines: int = 0):
     check_options(beam, alpha, extra)
     options = {"beam_size": beam, "alpha": alpha, "max_extra_length": extra, "num_hypotheses": 1}
     options["target_prefix"] = prefixes if prefixes is not None else ""
-    return load_export(args.model, "translate_with_options"), options
+    signature = load_export(args.model, "translate_with_options")
+    if "stop_rule" in signature.structured_input_signature[1]:
+        options["stop_rule"] = stop_rule or ""  # "": the export's
+    elif stop_rule is not None:
+        raise EvaluationError(
+            f"--stop-rule: {args.model} was exported before the stop rules; re-export it with "
+            "this version"
+        )
+    return signature, options
+
+
+def log_to_stderr(prog: str) -> None:
+    """The library's warnings (e.g. inputs cut to the model's length) on stderr, one line
+    each: `<prog>: warning: <message>`."""
+    package = logging.getLogger("keras_transformer")
+    if not any(getattr(h, "_kt_cli", False) for h in package.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter(f"{prog}: warning: %(message)s"))
+        handler.setLevel(logging.WARNING)
+        handler._kt_cli = True
+        package.addHandler(handler)
+        package.propagate = False
 
 
 def flag_error(prog: str, err: Exception) -> int:

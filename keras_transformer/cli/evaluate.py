@@ -15,7 +15,7 @@ import os
 import sys
 import time
 
-from keras_transformer.cli.common import add_decoding_flags, decoder, flag_error
+from keras_transformer.cli.common import add_decoding_flags, decoder, flag_error, log_to_stderr
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -60,14 +60,19 @@ def main(argv=None, prog: str = "kt-evaluate") -> int:
         translate_fn, options = decoder(args, len(sources))
     except (KerasTransformerError, OSError) as err:
         return flag_error(prog, err)
+    log_to_stderr(prog)
+    truncated: list[bool] = []
     start = time.perf_counter()
-    hypotheses, _ = translate_all(translate_fn, sources, args.batch_size, **options)
+    hypotheses, _ = translate_all(
+        translate_fn, sources, args.batch_size, truncated=truncated, **options
+    )
     seconds = time.perf_counter() - start
     if args.output:
         with open(args.output, "w", encoding="utf-8") as handle:
             handle.write("".join(h + "\n" for h in hypotheses))
     result = score(hypotheses, references)
     result.update(model=args.model, src=args.src, ref=args.ref, seconds=round(seconds, 1))
+    result["truncated_inputs"] = sum(truncated)
     if seconds:
         result["sentences_per_s"] = round(len(sources) / seconds, 1)
         tokens = target_tokens(args.model, hypotheses)

@@ -16,7 +16,7 @@ import json
 import os
 import sys
 
-from keras_transformer.cli.common import flag_error
+from keras_transformer.cli.common import flag_error, log_to_stderr
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -56,6 +56,7 @@ def main(argv=None, prog: str = "kt-score") -> int:
         length_order,
         load_export,
         read_lines,
+        report_truncated,
         write_lines,
     )
 
@@ -74,8 +75,10 @@ def main(argv=None, prog: str = "kt-score") -> int:
         return flag_error(prog, err)
     import tensorflow as tf
 
+    log_to_stderr(prog)
     order = length_order(sources)
     lines: list[str] = [""] * len(sources)
+    cut, target_cut = [False] * len(sources), [False] * len(sources)
     for start in range(0, len(order), args.batch_size):
         rows = order[start : start + args.batch_size]
         out = score_fn(
@@ -83,8 +86,12 @@ def main(argv=None, prog: str = "kt-score") -> int:
             targets=tf.constant([targets[i] for i in rows]),
         )
         out = {name: value.numpy() for name, value in out.items()}
-        for i, record in zip(rows, records(out, rows), strict=True):
+        for j, (i, record) in enumerate(zip(rows, records(out, rows), strict=True)):
             lines[i] = json.dumps(record, ensure_ascii=False)
+            cut[i] = bool(out["truncated"][j]) if "truncated" in out else False
+            target_cut[i] = bool(out["target_truncated"][j]) if "target_truncated" in out else False
+    report_truncated(cut, "sources")
+    report_truncated(target_cut, "targets")
     write_lines(args.output, lines)
     return 0
 

@@ -21,6 +21,7 @@ from keras_transformer.cli.common import (
     add_sampling_flags,
     decoder,
     flag_error,
+    log_to_stderr,
 )
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -62,6 +63,7 @@ def main(argv=None, prog: str = "kt-translate") -> int:
         translate_fn, options = decoder(args, len(lines))
     except (KerasTransformerError, OSError) as err:
         return flag_error(prog, err)
+    log_to_stderr(prog)
     texts, _ = translate_all(translate_fn, lines, args.batch_size, **options)
     write_lines(args.output, texts)
     return 0

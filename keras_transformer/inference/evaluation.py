@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import gzip
 import io
+import logging
 import os
 import sys
 
 import sacrebleu
 
 from keras_transformer.errors import KerasTransformerError
+
+logger = logging.getLogger(__name__)
 
 
 class EvaluationError(KerasTransformerError, ValueError):
@@ -76,8 +79,22 @@ def length_order(sentences: list[str]) -> list[int]:
     )
 
 
+def report_truncated(truncated: list[bool], what: str = "inputs") -> int:
+    """Log (warning) how many of `what` were cut to the export's input limit; that count."""
+    count = sum(map(bool, truncated))
+    if count:
+        logger.warning(
+            "%d of %d %s were longer than the export's limit (the model's max_length tokens) "
+            "and were cut: their results cover only their beginning",
+            count,
+            len(truncated),
+            what,
+        )
+    return count
+
+
 def translate_all(
-    translate_fn, sentences: list[str], batch_size: int = 64, **options
+    translate_fn, sentences: list[str], batch_size: int = 64, truncated=None, **options
 ) -> tuple[list[str], list[float]]:
     """(translations, scores) of `sentences`, in their order.
 
@@ -87,7 +104,9 @@ def translate_all(
     list with one value per sentence; either way the signature gets a (b,) vector of its
     dtype (`options.DTYPES`). Inputs are sorted by length, translated in batches of
     `batch_size` and put back in input order; a progress bar goes to stderr when there is
-    more than one batch.
+    more than one batch. Inputs cut to the export's input limit (its "truncated" output,
+    absent from exports made before it) are counted in a logged warning; `truncated`, a
+    list, receives one bool per input, in input order.
     """
     import numpy as np
     import tensorflow as tf
@@ -105,6 +124,7 @@ def translate_all(
     order = length_order(sentences)
     texts: list[str] = [""] * len(sentences)
     scores: list[float] = [0.0] * len(sentences)
+    cut: list[bool] = [False] * len(sentences)
     bar = tqdm(
         total=len(sentences),
         unit="sent",
@@ -122,7 +142,13 @@ def translate_all(
                 outputs, batch_scores = outputs[:, 0], batch_scores[:, 0]
             for i, text, value in zip(rows, outputs, np.asarray(batch_scores), strict=True):
                 texts[i], scores[i] = text.decode("utf-8"), float(value)
+            if "truncated" in out:
+                for i, flag in zip(rows, out["truncated"].numpy(), strict=True):
+                    cut[i] = bool(flag)
             bar.update(len(rows))
+    report_truncated(cut)
+    if truncated is not None:
+        truncated.extend(cut)
     return texts, scores
 
 

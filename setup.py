@@ -45,12 +45,15 @@ setup(
         "pyyaml>=6",  # kt-train --config FILE
     ],
     extras_require={
-        "test": ["pytest>=8", "pytest-xdist>=3", "psutil>=5.9", "ruff>=0.6"],
+        # ctranslate2: tests/inference/test_export_formats.py checks --format ctranslate2
+        "test": ["pytest>=8", "pytest-xdist>=3", "psutil>=5.9", "ruff>=0.6", "ctranslate2>=4.5,<5"],
         "notebooks": ["jupyter", "nbclient>=0.10", "nbformat>=5", "ipykernel", "matplotlib>=3.8"],
         "serving": ["requests>=2.31"],
         # the reference decoder of benchmarks/bench_decode.py and bench_real.py; the package
         # never imports it
         "bench": ["ctranslate2>=4.5,<5"],
+        # kt-export --format ctranslate2; the package imports it for that option only
+        "ctranslate2": ["ctranslate2>=4.5,<5"],
     },
     entry_points={
         "console_scripts": [

@@ -48,7 +48,7 @@ def main(argv=None, prog: str = "kt-evaluate") -> int:
     parser.add_argument("--output", help="also write the translations here")
     add_log_level_flag(parser, "stderr")
     args = parser.parse_args(argv)
-    setup_logging(args.log_level, sys.stderr)  # stdout is the command's output
+    setup_logging(args.log_level, sys.stderr, prog)  # stdout is the command's output
 
     from keras_transformer.errors import KerasTransformerError
     from keras_transformer.inference.evaluation import (
@@ -69,14 +69,18 @@ def main(argv=None, prog: str = "kt-evaluate") -> int:
         translate_fn, options = decoder(args, len(sources))
     except (KerasTransformerError, OSError) as err:
         return flag_error(prog, err)
+    truncated: list[bool] = []
     start = time.perf_counter()
-    hypotheses, _ = translate_all(translate_fn, sources, args.batch_size, **options)
+    hypotheses, _ = translate_all(
+        translate_fn, sources, args.batch_size, truncated=truncated, **options
+    )
     seconds = time.perf_counter() - start
     if args.output:
         with open(args.output, "w", encoding="utf-8") as handle:
             handle.write("".join(h + "\n" for h in hypotheses))
     result = score(hypotheses, references)
     result.update(model=args.model, src=args.src, ref=args.ref, seconds=round(seconds, 1))
+    result["truncated_inputs"] = sum(truncated)
     if seconds:
         result["sentences_per_s"] = round(len(sources) / seconds, 1)
         tokens = target_tokens(args.model, hypotheses)

@@ -54,7 +54,7 @@ def main(argv=None, prog: str = "kt-score") -> int:
     parser.add_argument("--output", default="-", help="where to write (default: stdout)")
     add_log_level_flag(parser, "stderr")
     args = parser.parse_args(argv)
-    setup_logging(args.log_level, sys.stderr)  # stdout is the command's output
+    setup_logging(args.log_level, sys.stderr, prog)  # stdout is the command's output
 
     from keras_transformer.errors import KerasTransformerError
     from keras_transformer.inference.evaluation import (
@@ -63,6 +63,7 @@ def main(argv=None, prog: str = "kt-score") -> int:
         length_order,
         load_export,
         read_lines,
+        report_truncated,
         write_lines,
     )
 
@@ -83,6 +84,7 @@ def main(argv=None, prog: str = "kt-score") -> int:
 
     order = length_order(sources)
     lines: list[str] = [""] * len(sources)
+    cut, target_cut = [False] * len(sources), [False] * len(sources)
     for start in range(0, len(order), args.batch_size):
         rows = order[start : start + args.batch_size]
         out = score_fn(
@@ -90,8 +92,12 @@ def main(argv=None, prog: str = "kt-score") -> int:
             targets=tf.constant([targets[i] for i in rows]),
         )
         out = {name: value.numpy() for name, value in out.items()}
-        for i, record in zip(rows, records(out, rows), strict=True):
+        for j, (i, record) in enumerate(zip(rows, records(out, rows), strict=True)):
             lines[i] = json.dumps(record, ensure_ascii=False)
+            cut[i] = bool(out["truncated"][j]) if "truncated" in out else False
+            target_cut[i] = bool(out["target_truncated"][j]) if "target_truncated" in out else False
+    report_truncated(cut, "sources")
+    report_truncated(target_cut, "targets")
     write_lines(args.output, lines)
     return 0
 

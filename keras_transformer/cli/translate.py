@@ -42,7 +42,7 @@ def main(argv=None, prog: str = "kt-translate") -> int:
     )
     add_log_level_flag(parser, "stderr")
     args = parser.parse_args(argv)
-    setup_logging(args.log_level, sys.stderr)  # stdout is the command's output
+    setup_logging(args.log_level, sys.stderr, prog)  # stdout is the command's output
 
     from keras_transformer.errors import KerasTransformerError
     from keras_transformer.inference.evaluation import (

@@ -1,20 +1,23 @@
-"""SavedModel export in TensorFlow Serving's layout.
+"""SavedModel export in TensorFlow Serving's layout (or a CTranslate2 model, --format).
 
     <export_dir>/models.config
     <export_dir>/<model_name>/<version>/saved_model.pb
                                        variables/
                                        assets/spm.model
                                        assets.extra/tf_serving_warmup_requests
+                                       assets.extra/agreement.json
 
 Signatures: `serving_default` (inputs: string (None,) -> outputs: string (None,), scores:
 float32 (None,)), `translate_nbest` (outputs and scores of shape (None, beam)) and
 `translate_with_options` (inputs plus per-sentence (None,) beam_size, alpha, max_extra_length,
-num_hypotheses, target_prefix -> outputs and scores of shape (None, the largest
-num_hypotheses)), `score` and `sample` (see `Translator`). The graph holds only
+num_hypotheses, target_prefix, stop_rule -> outputs and scores of shape (None, the largest
+num_hypotheses)), `score` and `sample` (see `Translator`); every one also returns
+"truncated" (None,) bool, the inputs cut to the model's length. The graph holds only
 TensorFlow and TensorFlow Text ops. Variables are tracked through
 `keras.export.ExportArchive`, so TF1-style session loaders (TF Serving's) find them.
 `models.config` lists every model exported to the same directory: exporting a model
-replaces its own entry and keeps the others.
+replaces its own entry and keeps the others. The warmup file holds one request per
+signature; agreement.json compares the export with the reference search (`agreement`).
 """
 
 from __future__ import annotations
@@ -26,15 +29,45 @@ import tempfile
 import keras
 import tensorflow as tf
 
-from keras_transformer.config import ALPHA, AVERAGE_LAST, BEAM_SIZE, MAX_EXTRA_LENGTH, MIN_LENGTH
+from keras_transformer.config import (
+    ALPHA,
+    AVERAGE_LAST,
+    BEAM_SIZE,
+    MAX_EXTRA_LENGTH,
+    MIN_LENGTH,
+    STOP_RULE,
+)
 from keras_transformer.errors import KerasTransformerError
 from keras_transformer.files import make_public_dir, write_atomic
-from keras_transformer.inference.options import OPTIONS, SAMPLE, SCORE, STRINGS
+from keras_transformer.inference import agreement as agree
+from keras_transformer.inference.agreement import skipped, write_report
+from keras_transformer.inference.options import DTYPES, OPTIONS, SAMPLE, SCORE, STRINGS
 from keras_transformer.inference.translator import Translator
 from keras_transformer.run_dir import Run, load_trained
 
 WARMUP_FILE = "tf_serving_warmup_requests"
 WARMUP_SENTENCES = ("A man is riding a bicycle.", "", "Zwei Hunde spielen im Schnee.")
+# one warmup request per signature TF Serving may be asked (each traced and run once at load,
+# so no client request pays for the first run): its inputs beside WARMUP_SENTENCES
+WARMUP_OPTIONS = {
+    "serving_default": {},
+    "translate_nbest": {},
+    "translate_with_options": {
+        "beam_size": [BEAM_SIZE, 1, 2],
+        "alpha": [ALPHA, 0.0, 1.0],
+        "max_extra_length": [MAX_EXTRA_LENGTH, 10, 5],
+        "num_hypotheses": [1, 1, 2],
+        "target_prefix": ["", "", "Two"],
+        "stop_rule": ["", "finished", "top"],
+    },
+    "score": {"targets": ["Ein Mann fährt Fahrrad.", "", "Two dogs play in the snow."]},
+    "sample": {
+        "temperature": [1.0, 0.7, 1.0],
+        "top_k": [0, 5, 1],
+        "top_p": [1.0, 0.9, 1.0],
+        "seed": [0, 1, 2],
+    },
+}
 MODELS_CONFIG = "models.config"
 
 
@@ -57,18 +90,32 @@ def _field(number: int, payload: bytes) -> bytes:
     return _varint(number << 3 | 2) + _varint(len(payload)) + payload
 
 
-def warmup_record(model_name: str, sentences, signature_name: str = "serving_default") -> bytes:
-    """A serialized tensorflow.serving.PredictionLog holding one PredictRequest.
+def warmup_record(
+    model_name: str, sentences, signature_name: str = "serving_default", options=None
+) -> bytes:
+    """A serialized tensorflow.serving.PredictionLog holding one PredictRequest: `sentences`
+    as "inputs" and `options` ({input name: one value per sentence}, dtypes from
+    `options.DTYPES`; "targets" strings) as the signature's other inputs.
 
     Encoded by hand (PredictionLog.predict_log = 6, PredictLog.request = 1,
     PredictRequest.model_spec = 1 / inputs = 2, ModelSpec.name = 1 / signature_name = 3)
     so that exporting needs no tensorflow-serving-api; tests check it against that package.
     """
-    tensor = tf.make_tensor_proto(list(sentences), dtype=tf.string).SerializeToString()
     model_spec = _field(1, model_name.encode()) + _field(3, signature_name.encode())
-    inputs_entry = _field(1, b"inputs") + _field(2, tensor)  # map<string, TensorProto> entry
-    request = _field(1, model_spec) + _field(2, inputs_entry)
+    request = _field(1, model_spec)
+    for name, values in {"inputs": list(sentences), **(options or {})}.items():
+        dtype = DTYPES.get(name, tf.string)
+        tensor = tf.make_tensor_proto(list(values), dtype=dtype).SerializeToString()
+        request += _field(2, _field(1, name.encode()) + _field(2, tensor))  # a map entry
     return _field(6, _field(1, request))
+
+
+def warmup_records(model_name: str) -> list[bytes]:
+    """The warmup requests of an export: one per signature (WARMUP_OPTIONS)."""
+    return [
+        warmup_record(model_name, WARMUP_SENTENCES, signature, options)
+        for signature, options in WARMUP_OPTIONS.items()
+    ]
 
 
 def models_config(model_name: str, base_path: str, existing: str | None = None, path=""):
@@ -125,11 +172,17 @@ def export_translator(
     model_name: str = "transformer",
     version: int | None = None,
     base_path: str | None = None,
+    agreement=None,
+    write=None,
 ) -> str:
     """Write `translator` as `<export_dir>/<model_name>/<version>/`; returns that path.
 
     The version directory appears whole or not at all (written beside it, then renamed);
-    an existing version is never overwritten.
+    an existing version is never overwritten. `agreement(staging path)` -> the agreement
+    report (dict, see `agreement`), written as assets.extra/agreement.json before the
+    rename; default: a report saying none was made. `write(translator, staging path)`
+    replaces the SavedModel writer (`--format ctranslate2`; models.config is then left as
+    it is).
     """
     model_root = os.path.join(export_dir, model_name)
     version = next_version(model_root) if version is None else version
@@ -144,7 +197,12 @@ def export_translator(
     staging = tempfile.mkdtemp(dir=model_root, prefix=f".tmp-{version}-")
     try:
         make_public_dir(staging)  # mkdtemp's 0700 -> the umask's: TF Serving may be another user
-        _write_saved_model(translator, staging, model_name)
+        if write is None:
+            _write_saved_model(translator, staging, model_name)
+        else:
+            write(translator, staging)
+        report = agreement(staging) if agreement else skipped("no validation sentences given")
+        write_report(os.path.join(staging, "assets.extra"), report)
         try:
             os.rename(staging, final)  # fails, rather than replaces, if `final` appeared
         except OSError:
@@ -156,7 +214,8 @@ def export_translator(
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    write_models_config(export_dir, model_name, base_path or f"/models/{model_name}")
+    if write is None:
+        write_models_config(export_dir, model_name, base_path or f"/models/{model_name}")
     return final
 
 
@@ -180,7 +239,8 @@ def _write_saved_model(translator: Translator, path: str, model_name: str) -> No
     extra = os.path.join(path, "assets.extra")
     os.makedirs(extra, exist_ok=True)
     with tf.io.TFRecordWriter(os.path.join(extra, WARMUP_FILE)) as writer:
-        writer.write(warmup_record(model_name, WARMUP_SENTENCES))
+        for record in warmup_records(model_name):
+            writer.write(record)
 
 
 def describe_export(path: str) -> str:
@@ -232,12 +292,27 @@ def export_run(
     use_best: bool = False,
     attention_layer: int | None = None,
     ema: bool = True,
+    stop_rule: str = STOP_RULE,
+    dtype: str = "float32",
+    export_format: str = "savedmodel",
+    quantization: str = "float32",
+    agreement_sentences: int = 0,
 ) -> str:
     """Load the run in `model_dir` (averaging the last K checkpoints) and export it.
 
     Checkpoints holding moving averages of the weights (--ema-decay) contribute those, unless
     `ema` is False (the raw weights). best/ holds only the weights that were validated.
+    `dtype`: the exported model's compute dtype (DTYPES_EXPORT: the variables stay float32,
+    each layer computes in it; logits, log-probabilities and scores stay float32).
+    `export_format` "ctranslate2" writes a CTranslate2 model (weights in `quantization`)
+    instead of a SavedModel. `agreement_sentences`: N > 0 compares the export, as written,
+    with the float32 exact-rule translator on the run's first N validation sentences (see
+    `agreement`); the report is written either way.
     """
+    if dtype not in DTYPES_EXPORT:
+        raise ExportError(f"--dtype must be one of {', '.join(DTYPES_EXPORT)}, got {dtype!r}")
+    if export_format not in FORMATS:
+        raise ExportError(f"--format must be one of {', '.join(FORMATS)}, got {export_format!r}")
     if use_best and not ema and load_trained_config(model_dir).get("ema_decay"):
         raise ExportError(
             f"--best --no-ema: {model_dir}/best holds only the averaged weights that were "
@@ -246,13 +321,90 @@ def export_run(
     model, tokenizer, _ = load_trained(
         model_dir, average_last=average_last, use_best=use_best, ema=ema
     )
-    translator = Translator(
-        model,
-        tokenizer,
+    if export_format == "ctranslate2" and model.config.positional != "sinusoidal":
+        raise ExportError(
+            f"--format ctranslate2 converts sinusoidal positions only; {model_dir} uses "
+            f"{model.config.positional} ones: export it as a SavedModel"
+        )
+    settings = dict(
         beam_size=beam_size,
         alpha=alpha,
         max_extra_length=max_extra_length,
         min_length=min_length,
         attention_layer=attention_layer,
     )
-    return export_translator(translator, export_dir, model_name=model_name, version=version)
+    translator = Translator(
+        with_compute_dtype(model, dtype), tokenizer, stop_rule=stop_rule, **settings
+    )
+    reference = Translator(model, tokenizer, stop_rule="exact", **settings)
+    described = {"format": export_format, "dtype": dtype, "stop_rule": stop_rule, **settings}
+    write = None
+    if export_format == "ctranslate2":
+        from keras_transformer.inference import ctranslate2_export
+
+        def write(translator, path):
+            ctranslate2_export.export_ctranslate2(model, tokenizer, path, quantization)
+
+        # CTranslate2's own search: its rule with a length penalty, its penalty
+        described.update(quantization=quantization, dtype=None, stop_rule="finished")
+
+    def agreement(path):
+        if agreement_sentences <= 0:
+            return skipped("--agreement-sentences 0")
+        try:
+            sources, references, data = agree.validation_pairs(
+                load_trained_config(model_dir), agreement_sentences
+            )
+        except (KerasTransformerError, OSError) as err:
+            return skipped(f"no validation sentences: {err}")
+        if export_format == "ctranslate2":
+            from keras_transformer.inference.ctranslate2_export import Decoder
+
+            exported = Decoder(
+                path, beam_size=beam_size, alpha=alpha, max_extra_length=max_extra_length,
+                min_length=min_length, max_input_length=translator.max_input_length,
+            )  # fmt: skip
+        else:
+            exported = _load_signature(path)
+        report = agree.compare(exported, reference.__call__, sources, references)
+        is_reference = export_format == "savedmodel" and dtype == "float32"
+        return {
+            "reference": REFERENCE,
+            "is_reference": is_reference and stop_rule == "exact",
+            "export": described,
+            "data": data,
+            **report,
+        }
+
+    return export_translator(
+        translator, export_dir, model_name=model_name, version=version, agreement=agreement,
+        write=write,
+    )  # fmt: skip
+
+
+REFERENCE = (
+    "the float32 Translator of the same weights, exact stop rule, the export's other "
+    "settings, run in-process (the default export's search)"
+)
+DTYPES_EXPORT = ("float32", "bfloat16", "float16")
+FORMATS = ("savedmodel", "ctranslate2")
+
+
+def with_compute_dtype(model, dtype: str):
+    """`model` computing in `dtype` ("float32": itself; else a copy under Keras'
+    mixed_<dtype> policy: float32 variables holding the same weights)."""
+    if dtype == "float32":
+        return model
+    from keras_transformer.model import Transformer
+
+    copy = Transformer(model.config, dtype=f"mixed_{dtype}")
+    copy.build()
+    copy.set_weights(model.get_weights())
+    return copy
+
+
+def _load_signature(path: str):
+    """The serving_default signature of the SavedModel written at `path`."""
+    import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
+
+    return tf.saved_model.load(path).signatures["serving_default"]

@@ -2,10 +2,8 @@
 decoders that each live in a process of their own.
 
 - `write_ctranslate2(model, tokens, out_dir)`: the `Transformer`'s weights, as they are, in
-  a CTranslate2 model (`ctranslate2.specs`): fused Q/K/V and K/V projections, the tied
-  embedding as the output projection (bias 0), our sinusoidal table (sin and cos
-  interleaved, not CTranslate2's halves) as explicit position encodings, our layer-norm
-  epsilon, and eos appended to every source (as our translator does).
+  a CTranslate2 model (product code: `keras_transformer.inference.ctranslate2_export`, which
+  `kt-export --format ctranslate2` uses; re-exported here).
 - `Worker`: a spawned process that builds its decoders once (`factory(**kwargs)` ->
   {name: run}, `run()` returning the outputs) and runs one of them on demand, timing it
   itself. Why a process each: once a second CTranslate2 `Translator` (e.g. int8 beside
@@ -24,6 +22,8 @@ import time
 
 import numpy as np
 
+from keras_transformer.inference.ctranslate2_export import write_ctranslate2  # noqa: F401
+
 
 def isa_flags() -> str:
     """The `Flags:` line of `lscpu` (the SIMD extensions both decoders can use)."""
@@ -34,82 +34,6 @@ def isa_flags() -> str:
     flags = [line.split(":", 1)[1].split() for line in out.splitlines() if line.startswith("Flags")]
     keep = ("sse4", "avx", "fma", "amx", "vnni", "bf16", "f16c")
     return " ".join(f for f in (flags[0] if flags else []) if f.startswith(keep))
-
-
-def _linear(layer, kernel, bias) -> None:
-    layer.weight = np.ascontiguousarray(np.asarray(kernel, np.float32).T)  # (out, in)
-    layer.bias = np.asarray(bias, np.float32)
-
-
-def _norm(layer, keras_norm) -> None:
-    layer.gamma = np.asarray(keras_norm.gamma, np.float32)
-    layer.beta = np.asarray(keras_norm.beta, np.float32)
-
-
-def _attention(spec, block) -> None:
-    """One of our Residual(MultiHeadAttention) blocks into a CTranslate2 attention spec."""
-    mha = block.sublayer
-    _norm(spec.layer_norm, block.norm)
-    if mha.self_attention:  # ours: [Q | K | V], heads contiguous in each; CTranslate2 too
-        _linear(spec.linear[0], mha.qkv_kernel, mha.qkv_bias)
-        _linear(spec.linear[1], mha.output_kernel, mha.output_bias)
-    else:
-        _linear(spec.linear[0], mha.q_kernel, mha.q_bias)
-        _linear(spec.linear[1], mha.kv_kernel, mha.kv_bias)  # [K | V] of the memory
-        _linear(spec.linear[2], mha.output_kernel, mha.output_bias)
-
-
-def _feed_forward(spec, block) -> None:
-    ffn = block.sublayer
-    _norm(spec.layer_norm, block.norm)
-    _linear(spec.linear_0, ffn.inner_kernel, ffn.inner_bias)
-    _linear(spec.linear_1, ffn.output_kernel, ffn.output_bias)
-
-
-def write_ctranslate2(
-    model, tokens: list[str], out_dir: str, max_positions: int = 1024, source_eos: bool = True
-) -> None:
-    """Write `model` (a built `keras_transformer.Transformer`, sinusoidal positions, biases
-    on) as a float32 CTranslate2 model in `out_dir`, with `tokens` (id order) as both
-    vocabularies; CTranslate2 quantizes it at load time (compute_type). `source_eos`:
-    CTranslate2 appends eos to every source, as our translator does."""
-    from ctranslate2.specs import transformer_spec
-
-    from keras_transformer.layers.embedding import sinusoid_table
-
-    cfg = model.config
-    if cfg.positional != "sinusoidal":
-        raise ValueError("only sinusoidal positions are converted")
-    spec = transformer_spec.TransformerSpec.from_config(
-        cfg.num_layers, cfg.num_heads, pre_norm=cfg.norm_first
-    )
-    spec.config.layer_norm_epsilon = cfg.layer_norm_epsilon
-    spec.config.add_source_eos = source_eos
-    embedding = np.asarray(model.embedding.embeddings, np.float32)
-    positions = sinusoid_table(np.arange(max_positions), cfg.d_model).numpy()
-    for side in (spec.encoder, spec.decoder):
-        side.scale_embeddings = True  # x sqrt(d_model), as ours
-        side.position_encodings.encodings = positions
-    spec.encoder.embeddings[0].weight = embedding
-    spec.decoder.embeddings.weight = embedding
-    spec.decoder.projection.weight = embedding  # tied, as ours
-    spec.decoder.projection.bias = np.zeros(cfg.vocab_size, np.float32)
-    for layer, ours in zip(spec.encoder.layer, model.encoder.blocks, strict=True):
-        _attention(layer.self_attention, ours.self_attention)
-        _feed_forward(layer.ffn, ours.feed_forward)
-    for layer, ours in zip(spec.decoder.layer, model.decoder.blocks, strict=True):
-        _attention(layer.self_attention, ours.self_attention)
-        _attention(layer.attention, ours.cross_attention)
-        _feed_forward(layer.ffn, ours.feed_forward)
-    if cfg.norm_first:
-        _norm(spec.encoder.layer_norm, model.encoder.final_norm)
-        _norm(spec.decoder.layer_norm, model.decoder.final_norm)
-    spec.register_source_vocabulary(tokens)
-    spec.register_target_vocabulary(tokens)
-    spec.validate()
-    spec.optimize(quantization="float32")
-    os.makedirs(out_dir, exist_ok=True)
-    spec.save(out_dir)
 
 
 def ctranslate2_translator(model_dir: str, compute_type: str):

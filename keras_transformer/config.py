@@ -36,6 +36,14 @@ MAX_EXTRA_LENGTH = 50
 # default to 1 too).
 MIN_LENGTH = 1
 AVERAGE_LAST = 5
+# When beam search settles a sentence (inference/search.py): "exact" (the default) stops once no
+# live beam can still beat the n-th best finished hypothesis, so the n best equal those of the
+# exhaustive search; "finished" also stops once beam_size hypotheses have finished, counting eos
+# among the top beam_size candidates of each step only (CTranslate2's rule with a length
+# penalty); "top" also stops once the best candidate of a step was eos and n hypotheses have
+# finished (CTranslate2's rule without one). Codes in this order.
+STOP_RULES = ("exact", "finished", "top")
+STOP_RULE = "exact"
 
 
 class ConfigError(KerasTransformerError, ValueError):

@@ -28,8 +28,9 @@ DEFAULT_OPTIONS = {
     "max_extra_length": config.MAX_EXTRA_LENGTH,
     "num_hypotheses": 1,
     "target_prefix": "",
+    "stop_rule": "",  # the export's (--stop-rule); or one of config.STOP_RULES
 }
-DTYPES = {"alpha": "float32", "target_prefix": "string"}  # the others are int32
+DTYPES = {"alpha": "float32", "target_prefix": "string", "stop_rule": "string"}  # others int32
 
 
 def per_sentence(options: dict | None, count: int) -> dict:
@@ -99,6 +100,9 @@ def main() -> None:
     parser.add_argument("--max-extra-length", type=int)
     parser.add_argument("--num-hypotheses", type=int)
     parser.add_argument("--prefix", dest="target_prefix", help="every translation starts so")
+    parser.add_argument(
+        "--stop-rule", choices=config.STOP_RULES, help="when the search stops (default: export's)"
+    )
     parser.add_argument("sentences", nargs="+")
     args = parser.parse_args()
     given = {k: getattr(args, k) for k in DEFAULT_OPTIONS if getattr(args, k) is not None}

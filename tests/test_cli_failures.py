@@ -69,12 +69,48 @@ def with_training(run_dir, **settings):
     (run_dir / "config.json").write_text(json.dumps(config))
 
 
+def tfds_with_a_shard_missing(tmp):
+    """The test TFDS dataset prepared in {tmp}/tfds, its training shard deleted (a copy that
+    stopped half-way)."""
+    from tests.data import tfds_fixture
+
+    tfds_fixture.prepare(str(tmp / "tfds"))
+    (shard,) = (tmp / "tfds").rglob("*-train.tfrecord-*")
+    shard.unlink()
+
+
+def export_before_the_vector_signatures(tmp):
+    """A SavedModel with only `serving_default`, as exports made before `sample` and
+    `translate_with_options` were added."""
+    import tensorflow as tf
+
+    module = tf.Module()
+    module.f = tf.function(
+        lambda inputs: {"outputs": inputs, "scores": tf.zeros(tf.shape(inputs))},
+        input_signature=[tf.TensorSpec([None], tf.string)],
+    )
+    tf.saved_model.save(module, str(tmp / "old"), signatures={"serving_default": module.f})
+    (tmp / "in.txt").write_text("A dog.\n")
+
+
 CASES = [
     # ---- train.py
     Case(
         "train-negative-steps",
         ("train.py", "--model-dir", "{tmp}/new", "--train-steps", "-3"),
         ("--train-steps", "-3"),
+    ),
+    Case(
+        "train-model-dir-under-a-file",
+        ("train.py", "--model-dir", "{tmp}/afile/run", "--data-dir", "{data}"),
+        ("--model-dir {tmp}/afile/run", "{tmp}/afile is a file"),
+        setup=write("afile", "not a directory"),
+    ),
+    Case(
+        "train-model-dir-is-a-file",
+        ("train.py", "--model-dir", "{tmp}/afile", "--data-dir", "{data}"),
+        ("--model-dir {tmp}/afile is a file",),
+        setup=write("afile", "not a directory"),
     ),
     Case(
         "train-missing-files",
@@ -130,6 +166,19 @@ CASES = [
             "{tmp}",
         ),
         ("unknown TFDS dataset 'no_such_dataset'",),
+    ),
+    Case(
+        "train-tfds-unknown-config",
+        ("train.py", "--model-dir", "{tmp}/new", "--dataset", "tfds:wmt14_translate/xx-yy",
+         "--data-dir", "{tmp}"),
+        ("unknown TFDS dataset 'wmt14_translate/xx-yy'", "xx-yy not found"),
+    ),
+    Case(
+        "train-tfds-shard-missing",
+        ("train.py", "--model-dir", "{tmp}/new", "--dataset", "tfds:kt_tiny_translate",
+         "--src-lang", "en", "--tgt-lang", "de", "--data-dir", "{tmp}/tfds"),
+        ("kt_tiny_translate is missing 1 of the 1 shard files", "'train'", "copy"),
+        setup=tfds_with_a_shard_missing,
     ),
     Case(
         "train-tfds-not-prepared",
@@ -274,6 +323,48 @@ CASES = [
         ("--ema-decay 0.99", "0.9", "{run}/config.json"),
         setup=lambda tmp: with_training(tmp / "run", ema_decay=0.9),
     ),
+    # kt-train --config FILE: the file, the key and what was expected
+    Case(
+        "train-config-missing-file",
+        ("train.py", "--config", "{tmp}/nowhere.yaml", "--model-dir", "{tmp}/new"),
+        ("--config {tmp}/nowhere.yaml", "no such file", "recipes/multi30k-small.yaml"),
+    ),
+    Case(
+        "train-config-unknown-key",
+        ("train.py", "--config", "{tmp}/r.yaml", "--model-dir", "{tmp}/new"),
+        ("--config {tmp}/r.yaml", "unknown key 'batch_token'", "did you mean batch_tokens"),
+        setup=write("r.yaml", "preset: tiny\nbatch_token: 512\n"),
+    ),
+    Case(
+        "train-config-wrong-type",
+        ("train.py", "--config", "{tmp}/r.yaml", "--model-dir", "{tmp}/new"),
+        ("--config {tmp}/r.yaml", "train_steps", "expected an integer, got 'many'"),
+        setup=write("r.yaml", "preset: tiny\ntrain_steps: many\n"),
+    ),
+    Case(
+        "train-config-not-a-choice",
+        ("train.py", "--config", "{tmp}/r.yaml", "--model-dir", "{tmp}/new"),
+        ("--config {tmp}/r.yaml", "precision", "expected one of float32, mixed_float16"),
+        setup=write("r.yaml", "precision: float16\n"),
+    ),
+    Case(
+        "train-config-bad-yaml",
+        ("train.py", "--config", "{tmp}/r.yaml", "--model-dir", "{tmp}/new"),
+        ("--config {tmp}/r.yaml", "line 3", "not valid YAML"),
+        setup=write("r.yaml", "preset: tiny\nvocab_size: 500\n  train_steps: 10\n"),
+    ),
+    Case(
+        "train-config-not-a-mapping",
+        ("train.py", "--config", "{tmp}/r.yaml", "--model-dir", "{tmp}/new"),
+        ("--config {tmp}/r.yaml", "expected a mapping of flag names to values", "list"),
+        setup=write("r.yaml", "- preset: tiny\n"),
+    ),
+    Case(
+        "train-config-value-checked-as-a-flag",
+        ("train.py", "--config", "{tmp}/r.yaml", "--model-dir", "{tmp}/new"),
+        ("--warmup-steps must be a positive integer, got 0",),
+        setup=write("r.yaml", "warmup_steps: 0\n"),
+    ),
     # ---- export.py
     Case(
         "export-bad-beam",
@@ -289,6 +380,12 @@ CASES = [
         "export-dir-is-a-file",
         ("export.py", "--model-dir", "{run}", "--export-dir", "{tmp}/afile"),
         ("--export-dir", "{tmp}/afile"),
+        setup=write("afile", "not a directory"),
+    ),
+    Case(
+        "export-dir-under-a-file",
+        ("export.py", "--model-dir", "{run}", "--export-dir", "{tmp}/afile/exports"),
+        ("--export-dir {tmp}/afile/exports", "{tmp}/afile is a file"),
         setup=write("afile", "not a directory"),
     ),
     Case(
@@ -318,6 +415,12 @@ CASES = [
         ("export.py", "--model-dir", "{run}", "--export-dir", "{tmp}/e", "--xla",
          "--xla-max-batch", "0"),
         ("--xla-max-batch", "0"),
+    ),  # fmt: skip
+    Case(
+        "export-xla-with-ctranslate2",
+        ("export.py", "--model-dir", "{run}", "--export-dir", "{tmp}/e", "--xla",
+         "--format", "ctranslate2"),
+        ("--xla", "--format ctranslate2", "drop --xla"),
     ),  # fmt: skip
     # ---- translate / evaluate / score
     Case(
@@ -359,6 +462,20 @@ CASES = [
          "--src", "{tmp}/in.txt", "--ref", "{tmp}/in.txt", "--output", "{tmp}"),
         ("--output", "is a directory"),
         setup=write("in.txt", "A dog.\n"),
+    ),
+    Case(
+        "translate-seed-with-an-export-without-sample",
+        ("-m", "keras_transformer.cli.translate", "--model", "{tmp}/old", "--input",
+         "{tmp}/in.txt", "--seed", "1"),
+        ("{tmp}/old", "no 'sample' signature", "re-export with this version"),
+        setup=export_before_the_vector_signatures,
+    ),
+    Case(
+        "evaluate-beam-size-with-an-export-without-options",
+        ("-m", "keras_transformer.cli.evaluate", "--model", "{tmp}/old", "--src",
+         "{tmp}/in.txt", "--ref", "{tmp}/in.txt", "--beam-size", "2"),
+        ("no 'translate_with_options' signature", "re-export with this version"),
+        setup=export_before_the_vector_signatures,
     ),
     Case(
         "score-line-counts-differ",
@@ -427,3 +544,24 @@ def test_help_answers_before_tensorflow_loads(kind, target):
     )
     out = run_command(["-c", code])
     assert out.stdout.decode().strip().splitlines()[-1] == "EXIT 0 False", out.stderr[-2000:]
+
+
+FLAG_ERRORS = [
+    (("train.py", "--bogus", "1"), "train.py", ("unrecognized arguments: --bogus 1",)),
+    (("train.py", "--preset", "huge"), "train.py", ("--preset", "'huge'")),
+    (("-m", "keras_transformer.cli.train", "--train-steps", "x"), "kt-train", ("--train-steps",)),
+    (("export.py", "--model-dir", "r"), "export.py", ("--export-dir",)),
+    (("-m", "keras_transformer.cli.export", "--version", "v"), "kt-export", ("--version",)),
+    (("-m", "keras_transformer.cli.translate"), "kt-translate", ("--model",)),
+    (("-m", "keras_transformer.cli.evaluate", "--model", "m"), "kt-evaluate", ("--src", "--ref")),
+    (("-m", "keras_transformer.cli.score", "--beam", "2"), "kt-score", ("--model",)),
+]
+
+
+@pytest.mark.parametrize("argv, command, names", FLAG_ERRORS, ids=[c for _, c, _ in FLAG_ERRORS])
+def test_flag_errors_are_one_line_pointing_to_help(argv, command, names):
+    """argparse's own errors (unknown flag, bad value, missing flag) keep the contract too:
+    one line naming the flag and `<command> --help`, not the whole usage."""
+    out = run_command(list(argv))
+    line = assert_clean_failure(out, command, names)
+    assert line.endswith(f"(see {command} --help)"), line

@@ -76,3 +76,24 @@ def test_missing_pieces_are_named(tmp_path):
     run.write_config({"model": kt.TransformerConfig.preset("tiny").to_dict(), "training": {}})
     with pytest.raises(RunDirError, match="spm.model not found"):
         run.load_model()
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027])
+def test_atomic_writes_have_the_umasks_mode(tmp_path, umask):
+    """config.json, a rewritten metrics.jsonl and any write_atomic file: 0666 less the
+    umask, as `open` gives (mkstemp alone would leave them 0600)."""
+    from keras_transformer.files import write_atomic
+
+    mask = os.umask(umask)
+    try:
+        run = Run(str(tmp_path / "run"))
+        run.write_config({"model": kt.TransformerConfig.preset("tiny").to_dict()})
+        run.append_metrics({"step": 1})
+        run.append_metrics({"step": 2})
+        run.truncate_metrics(1)
+        write_atomic(str(tmp_path / "note.txt"), "x")
+    finally:
+        os.umask(mask)
+    for path in (run.path("config.json"), run.path("metrics.jsonl"), tmp_path / "note.txt"):
+        assert os.stat(path).st_mode & 0o777 == 0o666 & ~umask, path
+    assert os.stat(run.model_dir).st_mode & 0o777 == 0o777 & ~umask

@@ -15,7 +15,14 @@ import os
 import sys
 import time
 
-from keras_transformer.cli.common import add_decoding_flags, decoder, flag_error
+from keras_transformer.cli.common import (
+    ArgumentParser,
+    add_decoding_flags,
+    add_log_level_flag,
+    decoder,
+    flag_error,
+    setup_logging,
+)
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -32,14 +39,16 @@ def target_tokens(model_path: str, texts: list[str]) -> int | None:
 
 
 def main(argv=None, prog: str = "kt-evaluate") -> int:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     add_decoding_flags(parser)
     parser.add_argument("--src", required=True, help="source sentences (plain or .gz)")
     parser.add_argument("--ref", required=True, help="reference translations (plain or .gz)")
     parser.add_argument("--output", help="also write the translations here")
+    add_log_level_flag(parser, "stderr")
     args = parser.parse_args(argv)
+    setup_logging(args.log_level, sys.stderr, prog)  # stdout is the command's output
 
     from keras_transformer.errors import KerasTransformerError
     from keras_transformer.inference.evaluation import (
@@ -60,14 +69,18 @@ def main(argv=None, prog: str = "kt-evaluate") -> int:
         translate_fn, options = decoder(args, len(sources))
     except (KerasTransformerError, OSError) as err:
         return flag_error(prog, err)
+    truncated: list[bool] = []
     start = time.perf_counter()
-    hypotheses, _ = translate_all(translate_fn, sources, args.batch_size, **options)
+    hypotheses, _ = translate_all(
+        translate_fn, sources, args.batch_size, truncated=truncated, **options
+    )
     seconds = time.perf_counter() - start
     if args.output:
         with open(args.output, "w", encoding="utf-8") as handle:
             handle.write("".join(h + "\n" for h in hypotheses))
     result = score(hypotheses, references)
     result.update(model=args.model, src=args.src, ref=args.ref, seconds=round(seconds, 1))
+    result["truncated_inputs"] = sum(truncated)
     if seconds:
         result["sentences_per_s"] = round(len(sources) / seconds, 1)
         tokens = target_tokens(args.model, hypotheses)

@@ -16,7 +16,12 @@ import json
 import os
 import sys
 
-from keras_transformer.cli.common import flag_error
+from keras_transformer.cli.common import (
+    ArgumentParser,
+    add_log_level_flag,
+    flag_error,
+    setup_logging,
+)
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -27,11 +32,19 @@ from keras_transformer.config import (  # noqa: E402
     BEAM_SIZE,
     MAX_EXTRA_LENGTH,
     MIN_LENGTH,
+    STOP_RULE,
+    STOP_RULES,
 )
+
+# spec.optimize's quantizations (CTranslate2 4.x; ctranslate2_export.QUANTIZATIONS)
+QUANTIZATIONS = (
+    "float32", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16",
+    "bfloat16",
+)  # fmt: skip
 
 
 def parse_args(argv=None, prog: str = "kt-export") -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
@@ -58,6 +71,42 @@ def parse_args(argv=None, prog: str = "kt-export") -> argparse.Namespace:
         f"{MIN_LENGTH}: never an empty one; 0: no minimum, the paper's search)",
     )
     parser.add_argument(
+        "--stop-rule",
+        choices=STOP_RULES,
+        default=STOP_RULE,
+        help="when beam search settles a sentence (default exact: the n best are those of the "
+        "exhaustive search; finished: once beam-size hypotheses ended among the top beam-size "
+        "candidates, CTranslate2's rule with a length penalty; top: once the best candidate "
+        "ended, CTranslate2's rule without one; both faster, may change some outputs); the "
+        'default of translate_with_options\' per-sentence stop_rule ("")',
+    )
+    parser.add_argument(
+        "--dtype",
+        choices=("float32", "bfloat16", "float16"),
+        default="float32",
+        help="compute dtype of the exported model (variables, logits and scores stay float32)",
+    )
+    parser.add_argument(
+        "--format",
+        choices=("savedmodel", "ctranslate2"),
+        default="savedmodel",
+        help="savedmodel (TF Serving) or ctranslate2 (a CTranslate2 model directory; needs "
+        'pip install -e ".[ctranslate2]"; models.config is left as it is)',
+    )
+    parser.add_argument(
+        "--quantization",
+        choices=QUANTIZATIONS,
+        default=None,
+        help="--format ctranslate2: the weights' type (default float32)",
+    )
+    parser.add_argument(
+        "--agreement-sentences",
+        type=int,
+        default=200,
+        help="compare the export with the float32 exact-rule search on this many validation "
+        "sentences of the run's dataset, in <version>/assets.extra/agreement.json (0: skip)",
+    )
+    parser.add_argument(
         "--average-last",
         type=int,
         default=AVERAGE_LAST,
@@ -82,7 +131,7 @@ def parse_args(argv=None, prog: str = "kt-export") -> argparse.Namespace:
         help="beam searches compiled by XLA, in segments: the same outputs, faster; the "
         "server must enable XLA (TF Serving: --xla_cpu_compilation_enabled=true, on a GPU "
         "--xla_gpu_compilation_enabled=true) and --enable_model_warmup (the warmup "
-        "requests compile every shape); default: a graph any TF Serving runs",
+        "requests compile every shape); SavedModel only; default: a graph any TF Serving runs",
     )
     parser.add_argument(
         "--xla-max-batch",
@@ -92,28 +141,38 @@ def parse_args(argv=None, prog: str = "kt-export") -> argparse.Namespace:
         "(default 64, serving/batching.config's max_batch_size); larger ones compile on "
         "first use",
     )
+    add_log_level_flag(parser)
     return parser.parse_args(argv)
 
 
 def main(argv=None, prog: str = "kt-export") -> int:
     args = parse_args(argv, prog)
+    setup_logging(args.log_level)
     from keras_transformer.errors import KerasTransformerError
+    from keras_transformer.files import check_writable_dir
     from keras_transformer.inference.export import describe_export, export_run
     from keras_transformer.inference.options import check_min_length, check_options
 
     try:
-        if os.path.exists(args.export_dir) and not os.path.isdir(args.export_dir):
-            raise KerasTransformerError(
-                f"--export-dir {args.export_dir} is a file; give a directory (new or existing)"
-            )
+        check_writable_dir(args.export_dir, "--export-dir")
         check_options(args.beam_size, args.alpha, args.max_extra_length)
         check_min_length(args.min_length)
         if args.version is not None and args.version < 1:
             raise KerasTransformerError(f"--version must be >= 1, got {args.version}")
         if args.xla_max_batch < 1:
             raise KerasTransformerError(f"--xla-max-batch must be >= 1, got {args.xla_max_batch}")
+        if args.xla and args.format != "savedmodel":
+            raise KerasTransformerError(
+                f"--xla compiles a SavedModel's search; --format {args.format} runs its own: "
+                "drop --xla or --format"
+            )
         if args.average_last < 1:
             raise KerasTransformerError(f"--average-last must be >= 1, got {args.average_last}")
+        if args.agreement_sentences < 0:
+            raise KerasTransformerError(
+                f"--agreement-sentences must be >= 0 (0: skip), got {args.agreement_sentences}"
+            )
+        check_format(args)
         path = export_run(
             args.model_dir,
             args.export_dir,
@@ -127,6 +186,11 @@ def main(argv=None, prog: str = "kt-export") -> int:
             use_best=args.best,
             attention_layer=args.attention_layer,
             ema=not args.no_ema,
+            stop_rule=args.stop_rule,
+            dtype=args.dtype,
+            export_format=args.format,
+            quantization=args.quantization or "float32",
+            agreement_sentences=args.agreement_sentences,
             xla=args.xla,
             xla_max_batch=args.xla_max_batch,
         )
@@ -139,9 +203,51 @@ def main(argv=None, prog: str = "kt-export") -> int:
         return flag_error(
             prog, f"{err.filename}: {err.strerror}; check the path and its permissions"
         )
-    print(describe_export(path))
-    print(f"  {os.path.join(args.export_dir, 'models.config')} (model {args.model_name!r})")
+    if args.format == "ctranslate2":
+        print(f"{path}: CTranslate2 model ({args.quantization or 'float32'})")
+        for name in sorted(os.listdir(path)):
+            print(f"  {os.path.join(path, name)}")
+    else:
+        print(describe_export(path))
+        print(f"  {os.path.join(args.export_dir, 'models.config')} (model {args.model_name!r})")
+    print(agreement_line(path))
     return 0
+
+
+def check_format(args) -> None:
+    """The flags of --format that do not fit together, before any work."""
+    from keras_transformer.errors import KerasTransformerError
+
+    if args.format != "ctranslate2":
+        if args.quantization is not None:
+            raise KerasTransformerError(
+                "--quantization applies to --format ctranslate2 only; use --dtype for a SavedModel"
+            )
+        return
+    if args.dtype != "float32":
+        raise KerasTransformerError(
+            "--dtype applies to --format savedmodel; use --quantization with --format ctranslate2"
+        )
+    try:
+        import ctranslate2  # noqa: F401
+    except ImportError:
+        raise KerasTransformerError(
+            '--format ctranslate2 needs the ctranslate2 package: pip install -e ".[ctranslate2]"'
+        ) from None
+
+
+def agreement_line(path: str) -> str:
+    """One line on the agreement report of the export at `path`."""
+    report_path = os.path.join(path, "assets.extra", "agreement.json")
+    with open(report_path, encoding="utf-8") as handle:
+        report = json.load(handle)
+    if not report.get("sentences"):
+        return f"  {report_path}: no comparison ({report.get('skipped')})"
+    return (
+        f"  {report_path}: {report['identical']} of {report['sentences']} outputs identical "
+        f"to the float32 exact-rule search's, BLEU {report['bleu']['delta']:+.2f}, "
+        f"chrF {report['chrf']['delta']:+.2f}"
+    )
 
 
 if __name__ == "__main__":

@@ -16,7 +16,12 @@ import json
 import os
 import sys
 
-from keras_transformer.cli.common import flag_error
+from keras_transformer.cli.common import (
+    ArgumentParser,
+    add_log_level_flag,
+    flag_error,
+    setup_logging,
+)
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -39,7 +44,7 @@ def records(out, rows):
 
 
 def main(argv=None, prog: str = "kt-score") -> int:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--model", required=True, help="an export version directory")
@@ -47,7 +52,9 @@ def main(argv=None, prog: str = "kt-score") -> int:
     parser.add_argument("--tgt", required=True, help="their translations (plain or .gz)")
     parser.add_argument("--batch-size", type=int, default=64, help="sentence pairs per request")
     parser.add_argument("--output", default="-", help="where to write (default: stdout)")
+    add_log_level_flag(parser, "stderr")
     args = parser.parse_args(argv)
+    setup_logging(args.log_level, sys.stderr, prog)  # stdout is the command's output
 
     from keras_transformer.errors import KerasTransformerError
     from keras_transformer.inference.evaluation import (
@@ -56,6 +63,7 @@ def main(argv=None, prog: str = "kt-score") -> int:
         length_order,
         load_export,
         read_lines,
+        report_truncated,
         write_lines,
     )
 
@@ -76,6 +84,7 @@ def main(argv=None, prog: str = "kt-score") -> int:
 
     order = length_order(sources)
     lines: list[str] = [""] * len(sources)
+    cut, target_cut = [False] * len(sources), [False] * len(sources)
     for start in range(0, len(order), args.batch_size):
         rows = order[start : start + args.batch_size]
         out = score_fn(
@@ -83,8 +92,12 @@ def main(argv=None, prog: str = "kt-score") -> int:
             targets=tf.constant([targets[i] for i in rows]),
         )
         out = {name: value.numpy() for name, value in out.items()}
-        for i, record in zip(rows, records(out, rows), strict=True):
+        for j, (i, record) in enumerate(zip(rows, records(out, rows), strict=True)):
             lines[i] = json.dumps(record, ensure_ascii=False)
+            cut[i] = bool(out["truncated"][j]) if "truncated" in out else False
+            target_cut[i] = bool(out["target_truncated"][j]) if "target_truncated" in out else False
+    report_truncated(cut, "sources")
+    report_truncated(target_cut, "targets")
     write_lines(args.output, lines)
     return 0
 

@@ -41,13 +41,17 @@ def bucket_boundaries(max_length: int, granularity: int = 8) -> list[int]:
     return lengths
 
 
+def _cpu_counter(name: str) -> tf.Variable:
+    with tf.device("/CPU:0"):  # the input pipeline runs on the host: its state stays there
+        return tf.Variable(0, dtype=tf.int64, trainable=False, name=name)
+
+
 @dataclasses.dataclass
 class PipelineStats:
-    """Counters that fill in as the dataset is iterated."""
+    """Counters that fill in as the dataset is iterated (variables on the CPU, where the
+    input pipeline runs, not on the first accelerator)."""
 
-    too_long: tf.Variable = dataclasses.field(
-        default_factory=lambda: tf.Variable(0, dtype=tf.int64, trainable=False, name="too_long")
-    )
+    too_long: tf.Variable = dataclasses.field(default_factory=lambda: _cpu_counter("too_long"))
 
 
 def tokenize_pairs(

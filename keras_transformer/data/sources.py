@@ -9,13 +9,14 @@ bad input fails early with the file and line named.
 from __future__ import annotations
 
 import dataclasses
-import gzip
 import os
 import urllib.request
+import zlib
 from collections.abc import Callable
 
 import tensorflow as tf
 
+from keras_transformer.data.pieces import index_lines, piece_bounds
 from keras_transformer.errors import KerasTransformerError
 from keras_transformer.files import write_atomic
 
@@ -70,33 +71,40 @@ class ParallelText:
         return ", ".join(parts)
 
 
-def _open(path: str):
-    return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
+FILE_PIECES = 64  # a training file pair is read as up to this many contiguous pieces
 
 
-def _count_and_check(path: str, bad_utf8: set[int], empty: set[int]) -> int:
-    """Stream one file: count lines, record invalid-UTF-8 and empty line numbers (0-based)."""
-    count = 0
+def _count_and_check(path: str, bad_utf8: set[int], empty: set[int], pieces: int = 1):
+    """Stream one file: its `LineIndex` (line count, marks for up to `pieces` pieces), and
+    record invalid-UTF-8 and empty line numbers (0-based)."""
+
+    def visit(number, raw):
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            bad_utf8.add(number)
+            return
+        if not text.strip():
+            empty.add(number)
+
     try:
-        with _open(path) as handle:
-            for count, raw in enumerate(handle, start=1):
-                try:
-                    text = raw.decode("utf-8")
-                except UnicodeDecodeError:
-                    bad_utf8.add(count - 1)
-                    continue
-                if not text.strip():
-                    empty.add(count - 1)
-    except (OSError, EOFError) as err:
+        return index_lines(path, max_marks=max(1, pieces), visit=visit)
+    except (OSError, EOFError, zlib.error) as err:
         raise DataError(f"cannot read {path}: {err}") from None
-    return count
 
 
-def read_parallel_files(source_path: str, target_path: str) -> ParallelText:
+def read_parallel_files(
+    source_path: str, target_path: str, pieces: int = FILE_PIECES
+) -> ParallelText:
     """Line i of `source_path` translates line i of `target_path`.
 
     Raises DataError for a missing file or mismatched line counts. Pairs where either side
-    is empty or not valid UTF-8 are skipped and counted (`ParallelText.report`).
+    is empty or not valid UTF-8 are skipped and counted (`ParallelText.report`). With
+    `pieces` > 1 the pair of files is also read as up to that many contiguous pieces, each
+    from its own starting point (`data.pieces`), which `ParallelText.epoch` interleaves in an
+    order drawn from (seed, epoch): a pass then draws from the whole corpus from its first
+    pairs on, e.g. a corpus made of concatenated sub-corpora, which a bounded shuffle buffer
+    alone cannot mix.
     """
     for path in (source_path, target_path):
         if not os.path.isfile(path):
@@ -104,12 +112,13 @@ def read_parallel_files(source_path: str, target_path: str) -> ParallelText:
     bad: set[int] = set()
     empty: set[int] = set()
     bad_lines: dict[str, list[int]] = {}
-    counts = []
+    indexes = []
     for path in (source_path, target_path):
         file_bad: set[int] = set()
-        counts.append(_count_and_check(path, file_bad, empty))
+        indexes.append(_count_and_check(path, file_bad, empty, pieces))
         bad_lines[path] = sorted(file_bad)
         bad |= file_bad
+    counts = [index.count for index in indexes]
     if counts[0] != counts[1]:
         raise DataError(
             f"line counts differ: {source_path} has {counts[0]} lines, "
@@ -130,13 +139,42 @@ def read_parallel_files(source_path: str, target_path: str) -> ParallelText:
         if lines_
     )
     description = f"{source_path} + {target_path}" + (f" ({first_bad})" if first_bad else "")
+    parts, sizes = _file_pieces(indexes, skip, pieces)
     return ParallelText(
         dataset=dataset,
         description=description,
         num_pairs=counts[0] - len(skip),
         skipped_empty=len(empty),
         skipped_invalid_utf8=len(bad),
+        pieces=parts,
+        piece_sizes=sizes,
     )
+
+
+def _file_pieces(indexes, skip: list[int], pieces: int):
+    """(piece datasets, their sizes) of a file pair, or (None, None) for one piece."""
+    source, target = indexes
+    # both files have marks at the same line numbers (they depend on the line count alone)
+    bounds = piece_bounds(source.count, source.marks, pieces)
+    if pieces <= 1 or len(bounds) <= 2:
+        return None, None
+    skipped = set(skip)
+    spec = (tf.TensorSpec((), tf.string), tf.TensorSpec((), tf.string))
+
+    def piece(first: int, stop: int) -> tf.data.Dataset:
+        def pairs():
+            numbers = range(first, stop)
+            for number, src, tgt in zip(
+                numbers, source.read(first, stop), target.read(first, stop)
+            ):
+                if number not in skipped:
+                    yield src, tgt
+
+        return tf.data.Dataset.from_generator(pairs, output_signature=spec)
+
+    spans = list(zip(bounds[:-1], bounds[1:]))
+    sizes = [stop - first - sum(1 for n in skip if first <= n < stop) for first, stop in spans]
+    return [piece(first, stop) for first, stop in spans], sizes
 
 
 def _without_lines(dataset: tf.data.Dataset, skip: list[int]) -> tf.data.Dataset:
@@ -210,9 +248,12 @@ def find_multi30k_file(
 
 
 def multi30k(split: str, src_lang: str, tgt_lang: str, data_dir: str | None = None) -> ParallelText:
-    """Multi30k task 1 (raw text) as parallel pairs in the given direction."""
+    """Multi30k task 1 (raw text) as parallel pairs in the given direction (the training
+    split in pieces, as `read_parallel_files` reads training files)."""
     return read_parallel_files(
-        find_multi30k_file(split, src_lang, data_dir), find_multi30k_file(split, tgt_lang, data_dir)
+        find_multi30k_file(split, src_lang, data_dir),
+        find_multi30k_file(split, tgt_lang, data_dir),
+        pieces=FILE_PIECES if split == "train" else 1,
     )
 
 
@@ -228,15 +269,31 @@ def tfds_builder(name: str, data_dir: str | None, *, download: bool = False):
     """
     import absl.logging
     import tensorflow_datasets as tfds
+    from tensorflow_datasets.core.registered import (
+        DatasetCollectionNotFoundError,
+        DatasetNotFoundError,
+    )
 
     verbosity = absl.logging.get_verbosity()
     absl.logging.set_verbosity(absl.logging.ERROR)  # "no dataset_info.json" for unprepared dirs
     try:
         builder = tfds.builder(name, data_dir=data_dir)
         prepared = builder.is_prepared()
-    except Exception as err:  # tfds raises several types for unknown names and configs
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise DataError(f"unknown TFDS dataset {name!r} (--dataset tfds:NAME): {first}") from None
+    except (DatasetNotFoundError, DatasetCollectionNotFoundError) as err:
+        raise DataError(
+            f"unknown TFDS dataset {name!r} (--dataset tfds:NAME): {_first_line(err)}"
+        ) from None
+    except (ValueError, AssertionError) as err:
+        if not any(words in str(err) for words in ("not found", "cannot be loaded at version")):
+            raise  # not a name TFDS lacks: a bug to see whole
+        raise DataError(  # a config or version it does not have
+            f"unknown TFDS dataset {name!r} (--dataset tfds:NAME[/CONFIG][:VERSION]): "
+            f"{_first_line(err)}"
+        ) from None
+    except OSError as err:
+        raise DataError(
+            f"TFDS cannot read {name!r} in --data-dir {data_dir}: {_first_line(err)}"
+        ) from None
     finally:
         absl.logging.set_verbosity(verbosity)
     if prepared:
@@ -253,11 +310,32 @@ def tfds_builder(name: str, data_dir: str | None, *, download: bool = False):
     try:
         builder.download_and_prepare()
     except Exception as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise DataError(
-            f"--tfds-download: TFDS could not download and prepare {name} in {root}: {first}"
+            f"--tfds-download: TFDS could not download and prepare {name} in {root}: "
+            f"{_first_line(err)}"
         ) from None
     return builder
+
+
+def _first_line(err: Exception) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+def check_shards(builder, name: str, split: str) -> None:
+    """Raise DataError when a shard file of `split` is missing (a half-copied dataset), now
+    rather than as a NotFoundError when reading reaches it."""
+    try:
+        paths = [os.fspath(p) for p in builder.info.splits[split].filepaths]
+    except (AttributeError, KeyError, TypeError):  # a TFDS without SplitInfo.filepaths
+        return
+    missing = [p for p in paths if not tf.io.gfile.exists(p)]
+    if missing:
+        raise DataError(
+            f"TFDS dataset {name} is missing {len(missing)} of the {len(paths)} shard files of "
+            f"its {split!r} split (first: {missing[0]}): copy the prepared dataset again, or "
+            "prepare it anew (--tfds-download)"
+        )
 
 
 def tfds_translation(
@@ -288,6 +366,7 @@ def tfds_translation(
         raise DataError(
             f"TFDS dataset {name} has no {split!r} split (it has {sorted(builder.info.splits)})"
         )
+    check_shards(builder, name, split)
     size = builder.info.splits[split].num_examples
 
     def read(subsplit: str) -> tf.data.Dataset:
@@ -335,7 +414,7 @@ def load_parallel(
                 "--train-src and --train-tgt" if split == "train" else "--valid-src and --valid-tgt"
             )
             raise DataError(f"--dataset files needs the {split} files: pass {flags}")
-        return read_parallel_files(*files)
+        return read_parallel_files(*files, pieces=FILE_PIECES if split == "train" else 1)
     if dataset.startswith("tfds:"):
         tfds_split = {"validation": "validation", "train": "train", "test": "test"}[split]
         return tfds_translation(

@@ -1,22 +1,25 @@
-"""SavedModel export in TensorFlow Serving's layout.
+"""SavedModel export in TensorFlow Serving's layout (or a CTranslate2 model, --format).
 
     <export_dir>/models.config
     <export_dir>/<model_name>/<version>/saved_model.pb
                                        variables/
                                        assets/spm.model
                                        assets.extra/tf_serving_warmup_requests
+                                       assets.extra/agreement.json
 
 Signatures: `serving_default` (inputs: string (None,) -> outputs: string (None,), scores:
 float32 (None,)), `translate_nbest` (outputs and scores of shape (None, beam)) and
 `translate_with_options` (inputs plus per-sentence (None,) beam_size, alpha, max_extra_length,
-num_hypotheses, target_prefix -> outputs and scores of shape (None, the largest
-num_hypotheses)), `score` and `sample` (see `Translator`); an `xla` export adds
+num_hypotheses, target_prefix, stop_rule -> outputs and scores of shape (None, the largest
+num_hypotheses)), `score` and `sample` (see `Translator`); every one also returns
+"truncated" (None,) bool, the inputs cut to the model's length. An `xla` export adds
 `xla_warmup` (shapes (None, 5) int32 -> shapes), which its warmup requests call. The graph
 holds only TensorFlow and TensorFlow Text ops (an `xla` export: also a function compiled by
 XLA, which the server must allow). Variables are tracked through
 `keras.export.ExportArchive`, so TF1-style session loaders (TF Serving's) find them.
 `models.config` lists every model exported to the same directory: exporting a model
-replaces its own entry and keeps the others.
+replaces its own entry and keeps the others. The warmup file holds one request per
+signature; agreement.json compares the export with the reference search (`agreement`).
 """
 
 from __future__ import annotations
@@ -29,16 +32,53 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer.config import ALPHA, AVERAGE_LAST, BEAM_SIZE, MAX_EXTRA_LENGTH, MIN_LENGTH
+from keras_transformer.config import (
+    ALPHA,
+    AVERAGE_LAST,
+    BEAM_SIZE,
+    MAX_EXTRA_LENGTH,
+    MIN_LENGTH,
+    STOP_RULE,
+)
 from keras_transformer.errors import KerasTransformerError
-from keras_transformer.files import write_atomic
+from keras_transformer.files import make_public_dir, write_atomic
+from keras_transformer.inference import agreement as agree
 from keras_transformer.inference import xla_search
-from keras_transformer.inference.options import OPTIONS, SAMPLE, SCORE, STRINGS, XLA_SHAPES
+from keras_transformer.inference.agreement import skipped, write_report
+from keras_transformer.inference.options import (
+    DTYPES,
+    OPTIONS,
+    SAMPLE,
+    SCORE,
+    STRINGS,
+    XLA_SHAPES,
+)
 from keras_transformer.inference.translator import Translator
 from keras_transformer.run_dir import Run, load_trained
 
 WARMUP_FILE = "tf_serving_warmup_requests"
 WARMUP_SENTENCES = ("A man is riding a bicycle.", "", "Zwei Hunde spielen im Schnee.")
+# one warmup request per signature TF Serving may be asked (each traced and run once at load,
+# so no client request pays for the first run): its inputs beside WARMUP_SENTENCES
+WARMUP_OPTIONS = {
+    "serving_default": {},
+    "translate_nbest": {},
+    "translate_with_options": {
+        "beam_size": [BEAM_SIZE, 1, 2],
+        "alpha": [ALPHA, 0.0, 1.0],
+        "max_extra_length": [MAX_EXTRA_LENGTH, 10, 5],
+        "num_hypotheses": [1, 1, 2],
+        "target_prefix": ["", "", "Two"],
+        "stop_rule": ["", "finished", "top"],
+    },
+    "score": {"targets": ["Ein Mann fährt Fahrrad.", "", "Two dogs play in the snow."]},
+    "sample": {
+        "temperature": [1.0, 0.7, 1.0],
+        "top_k": [0, 5, 1],
+        "top_p": [1.0, 0.9, 1.0],
+        "seed": [0, 1, 2],
+    },
+}
 MODELS_CONFIG = "models.config"
 # --xla: the largest request (sentences) the warmup compiles for: serving/batching.config's
 # max_batch_size; the rows of one warmup request (at most that too)
@@ -66,24 +106,44 @@ def _field(number: int, payload: bytes) -> bytes:
 
 
 def warmup_record(
-    model_name: str, sentences, signature_name: str = "serving_default", inputs=None
+    model_name: str, sentences, signature_name: str = "serving_default", options=None
 ) -> bytes:
-    """A serialized tensorflow.serving.PredictionLog holding one PredictRequest.
+    """A serialized tensorflow.serving.PredictionLog holding one PredictRequest: `sentences`
+    as "inputs" and `options` ({input name: one value per sentence}, dtypes from
+    `options.DTYPES`; "targets" strings) as the signature's other inputs; `sentences` None:
+    no "inputs" (`xla_warmup`, whose only input is "shapes").
 
     Encoded by hand (PredictionLog.predict_log = 6, PredictLog.request = 1,
     PredictRequest.model_spec = 1 / inputs = 2, ModelSpec.name = 1 / signature_name = 3)
     so that exporting needs no tensorflow-serving-api; tests check it against that package.
-    `inputs` ({name: array}) replaces the default {"inputs": sentences}.
     """
-    if inputs is None:
-        inputs = {"inputs": tf.make_tensor_proto(list(sentences), dtype=tf.string)}
-    else:
-        inputs = {name: tf.make_tensor_proto(value) for name, value in inputs.items()}
     model_spec = _field(1, model_name.encode()) + _field(3, signature_name.encode())
     request = _field(1, model_spec)
-    for name, tensor in inputs.items():  # map<string, TensorProto> entries
-        request += _field(2, _field(1, name.encode()) + _field(2, tensor.SerializeToString()))
+    inputs = {} if sentences is None else {"inputs": list(sentences)}
+    for name, values in {**inputs, **(options or {})}.items():
+        dtype = DTYPES.get(name, tf.string)
+        tensor = tf.make_tensor_proto(list(values), dtype=dtype).SerializeToString()
+        request += _field(2, _field(1, name.encode()) + _field(2, tensor))  # a map entry
     return _field(6, _field(1, request))
+
+
+def warmup_records(model_name: str, xla_shapes=()) -> list[bytes]:
+    """The warmup requests of an export: with `xla_shapes` (rows [P, C, S, K, W], see
+    `xla_warmup_shapes`), first `xla_warmup` requests compiling them all, XLA_WARMUP_CHUNK
+    rows a request; then one request per signature (WARMUP_OPTIONS)."""
+    records = [
+        warmup_record(
+            model_name,
+            None,
+            "xla_warmup",
+            {"shapes": np.array(xla_shapes[start : start + XLA_WARMUP_CHUNK], np.int32)},
+        )
+        for start in range(0, len(xla_shapes), XLA_WARMUP_CHUNK)
+    ]
+    return records + [
+        warmup_record(model_name, WARMUP_SENTENCES, signature, options)
+        for signature, options in WARMUP_OPTIONS.items()
+    ]
 
 
 def models_config(model_name: str, base_path: str, existing: str | None = None, path=""):
@@ -140,13 +200,19 @@ def export_translator(
     model_name: str = "transformer",
     version: int | None = None,
     base_path: str | None = None,
+    agreement=None,
+    write=None,
     xla_max_batch: int = XLA_MAX_BATCH,
 ) -> str:
     """Write `translator` as `<export_dir>/<model_name>/<version>/`; returns that path.
 
     The version directory appears whole or not at all (written beside it, then renamed);
-    an existing version is never overwritten. A `Translator(xla=True)` gets warmup requests
-    that compile its search for requests of up to `xla_max_batch` sentences.
+    an existing version is never overwritten. `agreement(staging path)` -> the agreement
+    report (dict, see `agreement`), written as assets.extra/agreement.json before the
+    rename; default: a report saying none was made. `write(translator, staging path)`
+    replaces the SavedModel writer (`--format ctranslate2`; models.config is then left as
+    it is). A `Translator(xla=True)` gets warmup requests that compile its search for
+    requests of up to `xla_max_batch` sentences.
     """
     model_root = os.path.join(export_dir, model_name)
     version = next_version(model_root) if version is None else version
@@ -160,7 +226,13 @@ def export_translator(
     # a concurrent export gets its own
     staging = tempfile.mkdtemp(dir=model_root, prefix=f".tmp-{version}-")
     try:
-        _write_saved_model(translator, staging, model_name, xla_max_batch)
+        make_public_dir(staging)  # mkdtemp's 0700 -> the umask's: TF Serving may be another user
+        if write is None:
+            _write_saved_model(translator, staging, model_name, xla_max_batch)
+        else:
+            write(translator, staging)
+        report = agreement(staging) if agreement else skipped("no validation sentences given")
+        write_report(os.path.join(staging, "assets.extra"), report)
         try:
             os.rename(staging, final)  # fails, rather than replaces, if `final` appeared
         except OSError:
@@ -172,7 +244,8 @@ def export_translator(
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    write_models_config(export_dir, model_name, base_path or f"/models/{model_name}")
+    if write is None:
+        write_models_config(export_dir, model_name, base_path or f"/models/{model_name}")
     return final
 
 
@@ -201,12 +274,10 @@ def _write_saved_model(
     extra = os.path.join(path, "assets.extra")
     os.makedirs(extra, exist_ok=True)
     with tf.io.TFRecordWriter(os.path.join(extra, WARMUP_FILE)) as writer:
-        if translator.xla:  # every shape the search compiles for, before any request
-            shapes = xla_warmup_shapes(translator, xla_max_batch)
-            for start in range(0, len(shapes), XLA_WARMUP_CHUNK):
-                chunk = np.array(shapes[start : start + XLA_WARMUP_CHUNK], np.int32)
-                writer.write(warmup_record(model_name, (), "xla_warmup", {"shapes": chunk}))
-        writer.write(warmup_record(model_name, WARMUP_SENTENCES))
+        # with xla: every shape the search compiles for, before any request
+        shapes = xla_warmup_shapes(translator, xla_max_batch) if translator.xla else []
+        for record in warmup_records(model_name, shapes):
+            writer.write(record)
 
 
 def xla_warmup_shapes(translator: Translator, max_batch: int) -> list[list[int]]:
@@ -271,6 +342,11 @@ def export_run(
     use_best: bool = False,
     attention_layer: int | None = None,
     ema: bool = True,
+    stop_rule: str = STOP_RULE,
+    dtype: str = "float32",
+    export_format: str = "savedmodel",
+    quantization: str = "float32",
+    agreement_sentences: int = 0,
     xla: bool = False,
     xla_max_batch: int = XLA_MAX_BATCH,
 ) -> str:
@@ -278,9 +354,25 @@ def export_run(
 
     Checkpoints holding moving averages of the weights (--ema-decay) contribute those, unless
     `ema` is False (the raw weights). best/ holds only the weights that were validated.
-    `xla`: the beam searches compiled by XLA (`Translator`'s `xla`), with warmup requests
-    for up to `xla_max_batch` sentences a request.
+    `dtype`: the exported model's compute dtype (DTYPES_EXPORT: the variables stay float32,
+    each layer computes in it; logits, log-probabilities and scores stay float32).
+    `export_format` "ctranslate2" writes a CTranslate2 model (weights in `quantization`)
+    instead of a SavedModel. `agreement_sentences`: N > 0 compares the export, as written,
+    with the float32 exact-rule translator on the run's first N validation sentences (see
+    `agreement`); the report is written either way. `xla`: the beam searches compiled by
+    XLA (`Translator`'s `xla`; SavedModel only), with warmup requests for up to
+    `xla_max_batch` sentences a request; the agreement report then compares that export
+    with the reference (the default export's search).
     """
+    if dtype not in DTYPES_EXPORT:
+        raise ExportError(f"--dtype must be one of {', '.join(DTYPES_EXPORT)}, got {dtype!r}")
+    if export_format not in FORMATS:
+        raise ExportError(f"--format must be one of {', '.join(FORMATS)}, got {export_format!r}")
+    if xla and export_format != "savedmodel":
+        raise ExportError(
+            f"--xla compiles a SavedModel's search; --format {export_format} runs its own: "
+            "drop --xla or --format"
+        )
     if use_best and not ema and load_trained_config(model_dir).get("ema_decay"):
         raise ExportError(
             f"--best --no-ema: {model_dir}/best holds only the averaged weights that were "
@@ -289,17 +381,92 @@ def export_run(
     model, tokenizer, _ = load_trained(
         model_dir, average_last=average_last, use_best=use_best, ema=ema
     )
-    translator = Translator(
-        model,
-        tokenizer,
+    if export_format == "ctranslate2" and model.config.positional != "sinusoidal":
+        raise ExportError(
+            f"--format ctranslate2 converts sinusoidal positions only; {model_dir} uses "
+            f"{model.config.positional} ones: export it as a SavedModel"
+        )
+    settings = dict(
         beam_size=beam_size,
         alpha=alpha,
         max_extra_length=max_extra_length,
         min_length=min_length,
         attention_layer=attention_layer,
-        xla=xla,
     )
+    translator = Translator(
+        with_compute_dtype(model, dtype), tokenizer, stop_rule=stop_rule, xla=xla, **settings
+    )
+    reference = Translator(model, tokenizer, stop_rule="exact", **settings)
+    described = {"format": export_format, "dtype": dtype, "stop_rule": stop_rule, **settings}
+    if xla:
+        described["xla"] = True
+    write = None
+    if export_format == "ctranslate2":
+        from keras_transformer.inference import ctranslate2_export
+
+        def write(translator, path):
+            ctranslate2_export.export_ctranslate2(model, tokenizer, path, quantization)
+
+        # CTranslate2's own search: its rule with a length penalty, its penalty
+        described.update(quantization=quantization, dtype=None, stop_rule="finished")
+
+    def agreement(path):
+        if agreement_sentences <= 0:
+            return skipped("--agreement-sentences 0")
+        try:
+            sources, references, data = agree.validation_pairs(
+                load_trained_config(model_dir), agreement_sentences
+            )
+        except (KerasTransformerError, OSError) as err:
+            return skipped(f"no validation sentences: {err}")
+        if export_format == "ctranslate2":
+            from keras_transformer.inference.ctranslate2_export import Decoder
+
+            exported = Decoder(
+                path, beam_size=beam_size, alpha=alpha, max_extra_length=max_extra_length,
+                min_length=min_length, max_input_length=translator.max_input_length,
+            )  # fmt: skip
+        else:
+            exported = _load_signature(path)
+        report = agree.compare(exported, reference.__call__, sources, references)
+        is_reference = export_format == "savedmodel" and dtype == "float32" and not xla
+        return {
+            "reference": REFERENCE,
+            "is_reference": is_reference and stop_rule == "exact",
+            "export": described,
+            "data": data,
+            **report,
+        }
+
     return export_translator(
-        translator, export_dir, model_name=model_name, version=version,
-        xla_max_batch=xla_max_batch,
+        translator, export_dir, model_name=model_name, version=version, agreement=agreement,
+        write=write, xla_max_batch=xla_max_batch,
     )  # fmt: skip
+
+
+REFERENCE = (
+    "the float32 Translator of the same weights, exact stop rule, the export's other "
+    "settings, run in-process (the default export's search)"
+)
+DTYPES_EXPORT = ("float32", "bfloat16", "float16")
+FORMATS = ("savedmodel", "ctranslate2")
+
+
+def with_compute_dtype(model, dtype: str):
+    """`model` computing in `dtype` ("float32": itself; else a copy under Keras'
+    mixed_<dtype> policy: float32 variables holding the same weights)."""
+    if dtype == "float32":
+        return model
+    from keras_transformer.model import Transformer
+
+    copy = Transformer(model.config, dtype=f"mixed_{dtype}")
+    copy.build()
+    copy.set_weights(model.get_weights())
+    return copy
+
+
+def _load_signature(path: str):
+    """The serving_default signature of the SavedModel written at `path`."""
+    import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
+
+    return tf.saved_model.load(path).signatures["serving_default"]

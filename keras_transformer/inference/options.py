@@ -11,6 +11,7 @@ import math
 
 import tensorflow as tf
 
+from keras_transformer.config import STOP_RULES
 from keras_transformer.errors import KerasTransformerError
 
 STRINGS = tf.TensorSpec([None], tf.string, name="inputs")
@@ -21,6 +22,8 @@ OPTIONS = [
     tf.TensorSpec([None], tf.int32, name="max_extra_length"),
     tf.TensorSpec([None], tf.int32, name="num_hypotheses"),
     tf.TensorSpec([None], tf.string, name="target_prefix"),
+    # a name of config.STOP_RULES, or "" for the export's (--stop-rule)
+    tf.TensorSpec([None], tf.string, name="stop_rule"),
 ]
 SCORE = [STRINGS, tf.TensorSpec([None], tf.string, name="targets")]
 SAMPLE = [
@@ -33,7 +36,7 @@ SAMPLE = [
 # the XLA search's shapes to compile, [P, C, S, K, W] a row (`Translator.xla_warmup`)
 XLA_SHAPES = tf.TensorSpec([None, 5], tf.int32, name="shapes")
 # every option's dtype, for callers that build the (B,) vectors
-DTYPES = {spec.name: spec.dtype for spec in OPTIONS[1:] + SAMPLE[1:]}
+DTYPES = {spec.name: spec.dtype for spec in [*OPTIONS[1:], *SAMPLE[1:], XLA_SHAPES]}
 # per-request bounds: a request cannot ask for unbounded memory or time
 MAX_BEAM_SIZE = 64
 MAX_EXTRA_LENGTH_LIMIT = 1024  # the largest max_extra_length (the default is config's)
@@ -59,6 +62,23 @@ def check_options(beam_size: int, alpha: float, max_extra_length: int) -> None:
             "max_extra_length",
             f"must be in [1, {MAX_EXTRA_LENGTH_LIMIT}], got {max_extra_length}",
         )
+
+
+def check_stop_rule(stop_rule: str) -> None:
+    """Raise `DecodingOptionsError` unless `stop_rule` names one of config.STOP_RULES."""
+    if stop_rule not in STOP_RULES:
+        raise DecodingOptionsError(
+            "stop_rule", f"must be one of {', '.join(STOP_RULES)}, got {stop_rule!r}"
+        )
+
+
+def stop_rule_codes(stop_rule, default: int):
+    """(B,) stop-rule names ("" for `default`) -> (B,) int32 codes (config.STOP_RULES' order;
+    checked by `assert_options`)."""
+    codes = tf.fill(tf.shape(stop_rule), default)
+    for code, name in enumerate(STOP_RULES):
+        codes = tf.where(tf.equal(stop_rule, name), code, codes)
+    return codes
 
 
 def check_min_length(min_length: int) -> None:
@@ -94,7 +114,9 @@ def _one_per_sentence(signature, inputs, named):
     ]
 
 
-def assert_options(inputs, beam_size, alpha, max_extra_length, num_hypotheses, target_prefix):
+def assert_options(
+    inputs, beam_size, alpha, max_extra_length, num_hypotheses, target_prefix, stop_rule
+):
     """In-graph checks of `translate_with_options`' inputs (a list of Assert ops)."""
     sig = "translate_with_options"
     named = dict(
@@ -103,7 +125,11 @@ def assert_options(inputs, beam_size, alpha, max_extra_length, num_hypotheses, t
         max_extra_length=max_extra_length,
         num_hypotheses=num_hypotheses,
         target_prefix=target_prefix,
+        stop_rule=stop_rule,
     )
+    known = tf.equal(stop_rule, "")
+    for name in STOP_RULES:
+        known = tf.logical_or(known, tf.equal(stop_rule, name))
     return _one_per_sentence(sig, inputs, named) + [
         _check(sig, "beam_size", (beam_size >= 1) & (beam_size <= MAX_BEAM_SIZE),
                f"in [1, {MAX_BEAM_SIZE}]", beam_size),
@@ -114,6 +140,7 @@ def assert_options(inputs, beam_size, alpha, max_extra_length, num_hypotheses, t
                f"in [1, {MAX_EXTRA_LENGTH_LIMIT}]", max_extra_length),
         _check(sig, "num_hypotheses", (num_hypotheses >= 1) & (num_hypotheses <= beam_size),
                "in [1, beam_size]", num_hypotheses),
+        _check(sig, "stop_rule", known, f"one of {', '.join(STOP_RULES)} or \"\"", stop_rule),
     ]  # fmt: skip
 
 

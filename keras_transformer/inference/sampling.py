@@ -30,8 +30,10 @@ def sampled_log_probs(logits, step, count, options, eos_id=None, min_length=None
     columns NEG_INF.
 
     The token is drawn from softmax(logits / temperature) restricted to the `top_k` most
-    probable tokens (0: no limit) and to the smallest set of most probable tokens whose
-    probability reaches `top_p` (1: no limit), renormalized; top_k 1 is the argmax. Before
+    probable tokens (0: no limit), renormalized over them, then to the smallest set of the
+    most probable of those whose (renormalized) probability reaches `top_p` (1: no limit),
+    renormalized again: top_p applies to what top_k kept, as in Hugging Face's and fairseq's
+    sampling; top_k 1 is the argmax. Before
     `min_length` (step + 1 < min_length, eos included) eos is never drawn: it is left out
     before the cuts and the draw, as in `candidates.top_log_probs`, and the
     drawn token's log-probability stays the model's (not renormalized).
@@ -55,9 +57,12 @@ def sampled_log_probs(logits, step, count, options, eos_id=None, min_length=None
     rank = tf.range(vocab)[tf.newaxis, :]
     top_k = tf.cast(options["top_k"], tf.int32)[:, tf.newaxis]
     top_k = tf.where(top_k > 0, top_k, vocab)
+    in_top_k = rank < top_k
+    probs = tf.where(in_top_k, probs, 0.0)
+    probs = probs / tf.reduce_sum(probs, axis=1, keepdims=True)  # over what top_k kept
     before = tf.math.cumsum(probs, axis=1, exclusive=True)  # probability of the better ones
     top_p = tf.cast(options["top_p"], tf.float32)[:, tf.newaxis]
-    kept = tf.logical_and(rank < top_k, tf.logical_or(rank == 0, before < top_p))
+    kept = tf.logical_and(in_top_k, tf.logical_or(rank == 0, before < top_p))
     cdf = tf.math.cumsum(tf.where(kept, probs, 0.0), axis=1)
     threshold = row_uniforms(options["seed"], step)[:, tf.newaxis] * cdf[:, -1:]
     position = tf.reduce_sum(tf.cast(cdf <= threshold, tf.int32), axis=1)

@@ -28,11 +28,22 @@ from __future__ import annotations
 import tensorflow as tf
 
 # The paper's decoding settings (section 6.1), the defaults of every entry point.
-from keras_transformer.config import ALPHA, BEAM_SIZE
+from keras_transformer.config import ALPHA, BEAM_SIZE, STOP_RULES
 from keras_transformer.inference import batch_rows as br
 from keras_transformer.inference.candidates import NEG_INF, next_tokens
 
-__all__ = ["NEG_INF", "beam_search", "length_penalty", "sample"]
+__all__ = ["NEG_INF", "STOP_EXACT", "STOP_FINISHED", "STOP_TOP", "beam_search", "length_penalty",
+           "sample", "stop_rule_code"]  # fmt: skip
+
+# the stop rules' codes (config.STOP_RULES in order), see `beam_search`
+STOP_EXACT, STOP_FINISHED, STOP_TOP = range(len(STOP_RULES))
+
+
+def stop_rule_code(name: str) -> int:
+    """The code of a stop rule named in config.STOP_RULES."""
+    if name not in STOP_RULES:
+        raise ValueError(f"stop_rule must be one of {', '.join(STOP_RULES)}, got {name!r}")
+    return STOP_RULES.index(name)
 
 
 def length_penalty(length, alpha):
@@ -53,6 +64,7 @@ def beam_search(
     prefix=None,
     num_best=None,
     stop_early=True,
+    stop_rule=STOP_EXACT,
 ):
     """Beam search with GNMT length normalization and early stopping.
 
@@ -79,6 +91,18 @@ def beam_search(
     first). The hypotheses ranked after n (still returned, K in all) are then the best
     found so far, not necessarily those of a search that waits for all K.
 
+    Two faster rules may be asked for (`stop_rule`), each settling a sentence at the earlier of
+    the exact bound and its own condition, so never later than the exact rule; the finished
+    pool is the same, only the step at which it is read changes, so a rule's n best may
+    differ from the exact rule's (scores never higher: the pool only improves), and only in
+    sentences where its condition fires first:
+      - STOP_FINISHED ("finished", CTranslate2's rule with a length penalty): once K
+        hypotheses have finished, counting, at every step, the eos among the sentence's K
+        best candidates only (the eos ranked in (K, 2K] still enter the pool, uncounted);
+      - STOP_TOP ("top", CTranslate2's rule without one): once the best candidate of some
+        step was eos and n hypotheses have finished. At alpha 0 and n = 1 this is the exact
+        rule (that eos beats every live beam already).
+
     Every option may differ per sentence: the search runs max(K) rows per sentence, and a
     sentence with a smaller K keeps only its first K alive beams and its 2K best extensions,
     so its result is the one it gets alone, whatever else is in the batch.
@@ -101,6 +125,8 @@ def beam_search(
             the sentence's K): a Python int, a scalar or (B,) int32; None (the default): K.
         stop_early: False runs every sentence until its maximum length (or until all its
             beams die): the exhaustive reference the early stop is tested against.
+        stop_rule: STOP_EXACT (the default), STOP_FINISHED or STOP_TOP (see above): a Python
+            int, a scalar or (B,) int32 per sentence.
 
     Returns:
         (sequences (B, K, L) int32 best first, without bos, eos included, 0 after;
@@ -111,7 +137,7 @@ def beam_search(
         raise ValueError(f"beam_size must be >= 1, got {beam_size}")
     return _search(
         step_fn, initial_ids, initial_cache, max_lengths, eos_id, beam_size, alpha, min_length,
-        prefix, sampling=None, num_best=num_best, stop_early=stop_early,
+        prefix, sampling=None, num_best=num_best, stop_early=stop_early, stop_rule=stop_rule,
     )  # fmt: skip
 
 
@@ -143,11 +169,13 @@ def sample(
 
 def _search(
     step_fn, initial_ids, initial_cache, max_lengths, eos_id, beam_size, alpha, min_length,
-    prefix, sampling, num_best=None, stop_early=True,
+    prefix, sampling, num_best=None, stop_early=True, stop_rule=STOP_EXACT,
 ):  # fmt: skip
     """The one loop behind `beam_search` and `sample`."""
     initial_ids = tf.convert_to_tensor(initial_ids, tf.int32)
-    per = _options(initial_ids, max_lengths, beam_size, alpha, prefix, sampling, num_best)
+    per = _options(
+        initial_ids, max_lengths, beam_size, alpha, prefix, sampling, num_best, stop_rule
+    )
     # K: the (largest) beam size; an empty batch still has shapes
     k = tf.maximum(tf.reduce_max(tf.convert_to_tensor(beam_size, tf.int32)), 1)
     length = tf.maximum(tf.reduce_max(per["max_length"]), 1)
@@ -177,6 +205,7 @@ def _search(
         dead = tf.logical_or(top_lp <= NEG_INF / 2, rank >= 2 * beams)
         top_lp = tf.where(dead, NEG_INF, top_lp)
         ended = _ended_scores(top_lp, is_eos, dead, rank, beams, step, per["alpha"])
+        per = _count_finished(per, is_eos, dead, rank, beams)
         finished_scores, finished_seq = _finished_pool(
             finished_scores, finished_seq, ended, top_seq, k
         )
@@ -265,9 +294,11 @@ def _start(initial_ids, k, length):
     return alive_seq, alive_lp, tf.zeros_like(alive_seq), tf.fill([batch, k], NEG_INF)
 
 
-def _options(initial_ids, max_lengths, beam_size, alpha, prefix, sampling, num_best):
-    """Per live sentence, gathered as sentences leave: its options and where it sits in the
-    batch, (B, ...) each."""
+def _options(
+    initial_ids, max_lengths, beam_size, alpha, prefix, sampling, num_best, stop_rule=STOP_EXACT
+):
+    """Per live sentence, gathered as sentences leave: its options, where it sits in the
+    batch and what its stop rule counts, (B, ...) each."""
     batch = tf.shape(initial_ids)[0]
     if prefix is None:
         prefix = tf.zeros([batch, 0], tf.int32)
@@ -283,6 +314,11 @@ def _options(initial_ids, max_lengths, beam_size, alpha, prefix, sampling, num_b
             tf.convert_to_tensor(prefix, tf.int32), [[0, 0], [0, 1]], constant_values=-1
         ),
         "sampling": sampling or {},
+        "stop_rule": br.per_sentence(stop_rule, batch, tf.int32),
+        # eos counted among the top-K candidates so far (STOP_FINISHED)
+        "finished_count": tf.zeros([batch], tf.int32),
+        # the best candidate of a step was eos (STOP_TOP)
+        "top_finished": tf.zeros([batch], tf.bool),
     }
     per["nth"] = tf.clip_by_value(per["nth"], 1, tf.maximum(per["beams"], 1)) - 1
     return per
@@ -298,12 +334,33 @@ def _finished_pool(finished_scores, finished_seq, scores, sequences, k):
     return finished_scores, tf.gather(pool_seq, keep, batch_dims=1)
 
 
+def _count_finished(per, is_eos, dead, rank, beams):
+    """`per` with this step's finished hypotheses counted for the stop rules (b, 2K inputs):
+    the eos among the sentence's K best candidates, and whether the best one is eos."""
+    ended = tf.logical_and(is_eos, tf.logical_not(dead))
+    counted = tf.logical_and(ended, rank < beams)
+    return {
+        **per,
+        "finished_count": per["finished_count"] + tf.reduce_sum(tf.cast(counted, tf.int32), 1),
+        "top_finished": tf.logical_or(per["top_finished"], ended[:, 0]),
+    }
+
+
 def _can_improve(alive_lp, finished_scores, per, stop_early):
     """(b,) bool: a live beam of the sentence can still beat its n-th best finished
     hypothesis (the bound of beam_search's docstring: log-probs only fall, the penalty is
-    largest at the max length); always, while it has a live beam, if not `stop_early`."""
+    largest at the max length) and the sentence's stop rule has not fired; always, while it
+    has a live beam, if not `stop_early`."""
     best_alive = alive_lp[:, 0] / length_penalty(per["max_length"], per["alpha"])
     to_beat = tf.gather(finished_scores, per["nth"], batch_dims=1)
-    return tf.logical_and(
-        alive_lp[:, 0] > NEG_INF / 2, tf.logical_or(best_alive >= to_beat, not stop_early)
+    rule = per["stop_rule"]
+    k_finished = tf.logical_and(
+        tf.equal(rule, STOP_FINISHED), per["finished_count"] >= per["beams"]
     )
+    top_finished = tf.logical_and(
+        tf.equal(rule, STOP_TOP), tf.logical_and(per["top_finished"], to_beat > NEG_INF / 2)
+    )
+    go_on = tf.logical_and(
+        best_alive >= to_beat, tf.logical_not(tf.logical_or(k_finished, top_finished))
+    )
+    return tf.logical_and(alive_lp[:, 0] > NEG_INF / 2, tf.logical_or(go_on, not stop_early))

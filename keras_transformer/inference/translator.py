@@ -37,22 +37,30 @@ class Translator(tf.Module):
             no candidate until then; see `candidates.top_log_probs` for the scores); default 1,
             so a non-empty input never gets "" (as CTranslate2, fairseq and OpenNMT); 0
             turns it off (the paper sets none). `sample` keeps it too.
+        stop_rule: when beam search settles a sentence, one of config.STOP_RULES: "exact"
+            (the default; the n best equal the exhaustive search's), "finished" or "top"
+            (CTranslate2's rules, faster, may change outputs: see `search.beam_search`); the
+            default of `translate_with_options`' per-sentence `stop_rule` too.
         xla: run the beam searches (every signature but `sample` and `score`) compiled by
-            XLA, in segments (xla_search.py): the same outputs, faster; a server must
-            enable XLA (TF Serving: --xla_cpu_compilation_enabled=true) and compiles one
-            program per shape (`xla_search.warmup_shapes`). Default False: the graph any
-            TensorFlow runs.
+            XLA, in segments (xla_search.py): the same outputs (every stop rule), faster; a
+            server must enable XLA (TF Serving: --xla_cpu_compilation_enabled=true) and
+            compiles one program per shape (`xla_search.warmup_shapes`). Default False: the
+            graph any TensorFlow runs.
 
     Signatures (every input and output batch-major, B sentences):
       - `translator(inputs)` -> {"outputs" (B,) string, "scores" (B,) float32};
       - `translate_nbest(inputs)` -> {"outputs" (B, K), "scores" (B, K)};
       - `translate_with_options(inputs, beam_size, alpha, max_extra_length, num_hypotheses,
-        target_prefix)`, every option (B,) per sentence -> {"outputs" (B, N), "scores"
+        target_prefix, stop_rule)`, every option (B,) per sentence (stop_rule a name of
+        config.STOP_RULES, or "" for the constructor's) -> {"outputs" (B, N), "scores"
         (B, N)}, N the largest num_hypotheses ("" and -inf beyond a sentence's own);
       - `score(inputs, targets)` -> forced decoding of the targets (see `score`);
       - `sample(inputs, temperature, top_k, top_p, seed)` -> {"outputs", "scores"} (B,);
       - with `xla`, `xla_warmup(shapes)`: compiles the search for the given shapes (the
-        export's warmup requests call it).
+        export's warmup requests call it) -> {"shapes"}.
+    Every signature but `xla_warmup` also returns "truncated" (B,) bool: the input was longer
+    than `max_input_length` tokens (eos included) and only its beginning was translated
+    (scored).
     A sentence's result depends only on itself and its own options. Empty and
     whitespace-only inputs give "" with score 0; invalid UTF-8 bytes are replaced by U+FFFD
     before tokenization; bad option values are InvalidArgument errors naming the input.
@@ -69,12 +77,16 @@ class Translator(tf.Module):
         max_input_length: int | None = None,
         attention_layer: int | None = None,
         min_length: int = config.MIN_LENGTH,
+        stop_rule: str = config.STOP_RULE,
         xla: bool = False,
         name: str = "translator",
     ):
         super().__init__(name=name)
         opt.check_options(beam_size, alpha, max_extra_length)
         opt.check_min_length(min_length)
+        opt.check_stop_rule(stop_rule)
+        self.stop_rule = stop_rule
+        self._stop_code = search.stop_rule_code(stop_rule)
         self.min_length = min_length
         # the searches count eos in their minimum; None: no minimum
         self._search_min_length = min_length + 1 if min_length else None
@@ -123,19 +135,29 @@ class Translator(tf.Module):
         )
 
     def _encode_inputs(self, sentences):
+        """(B,) strings -> (source ids (B, S) with eos, lengths (B,), empty (B,) bool,
+        truncated (B,) bool: the input had more than `max_input_length` - 1 tokens)."""
         clean = self._clean(sentences)
-        ids = self._tokenize(clean)[:, : self.max_input_length - 1]
+        all_ids = self._tokenize(clean)
+        truncated = all_ids.row_lengths() > self.max_input_length - 1
+        ids = all_ids[:, : self.max_input_length - 1]
         eos = tf.fill([tf.shape(sentences)[0], 1], EOS_ID)
         source = tf.concat([ids, eos], axis=1)
         empty = tf.equal(tf.strings.length(tf.strings.strip(clean)), 0)
-        return source.to_tensor(), source.row_lengths(), empty
+        return source.to_tensor(), source.row_lengths(), empty, truncated
 
     def _targets(self, strings, room=1):
         """(B,) strings -> ragged ids, cut so that `room` more tokens fit the positions."""
+        return self._cut_targets(strings, room)[0]
+
+    def _cut_targets(self, strings, room=1):
+        """(`_targets`, (B,) bool: cut)."""
         ids = self._tokenize(self._clean(strings))
-        if self.max_output_length is not None:
-            ids = ids[:, : self.max_output_length - room]
-        return ids
+        if self.max_output_length is None:
+            return ids, tf.zeros(tf.shape(strings)[:1], tf.bool)
+        return ids[:, : self.max_output_length - room], ids.row_lengths() > (
+            self.max_output_length - room
+        )
 
     def _max_lengths(self, lengths, extra, at_least=None):
         max_lengths = tf.cast(lengths, tf.int32) + extra
@@ -146,19 +168,29 @@ class Translator(tf.Module):
         return max_lengths
 
     def search(
-        self, sentences, beam_size, alpha=None, max_extra_length=None, prefix=None, num_best=None
+        self,
+        sentences,
+        beam_size,
+        alpha=None,
+        max_extra_length=None,
+        prefix=None,
+        num_best=None,
+        stop_rule=None,
     ):
-        """(B,) strings -> (ids (B, K, L), scores (B, K), empty (B,) bool).
+        """(B,) strings -> (ids (B, K, L), scores (B, K), empty (B,) bool, truncated (B,)
+        bool).
 
         The options may be Python numbers, scalar tensors or (B,) tensors (default: the
         constructor's); `prefix`: (B,) strings every hypothesis starts with ("" = none);
         `num_best`: the hypotheses the caller keeps, scalar or (B,) (the search stops once
         they are settled, see `search.beam_search`; the others are the best found by then),
-        default all K.
+        default all K; `stop_rule`: a code of `search` (STOP_EXACT...), scalar or (B,),
+        default the constructor's.
         """
         alpha = self.alpha if alpha is None else alpha
         extra = self.max_extra_length if max_extra_length is None else max_extra_length
-        source, lengths, empty = self._encode_inputs(sentences)
+        stop_rule = self._stop_code if stop_rule is None else stop_rule
+        source, lengths, empty, truncated = self._encode_inputs(sentences)
         prefix_ids, at_least = None, None
         if prefix is not None:
             ragged = self._targets(prefix)
@@ -178,17 +210,17 @@ class Translator(tf.Module):
             cache = self.model.init_cache(memory, source, fixed_capacity=True)
             ids, scores = self._segmented.beam_search(
                 bos, cache, max_lengths, beam_size=beam_size, alpha=alpha, prefix=prefix_ids,
-                num_best=num_best,
+                num_best=num_best, stop_rule=stop_rule,
             )  # fmt: skip
-            return ids, scores, empty
+            return ids, scores, empty, truncated
         memory = self.model.encode(source)
         cache = self.model.init_cache(memory, source)
         ids, scores = search.beam_search(
             self.model.decode_step, bos, cache, max_lengths, EOS_ID,
             beam_size=beam_size, alpha=alpha, prefix=prefix_ids, num_best=num_best,
-            min_length=self._search_min_length,
+            min_length=self._search_min_length, stop_rule=stop_rule,
         )  # fmt: skip
-        return ids, scores, empty
+        return ids, scores, empty, truncated
 
     def _detokenize(self, ids, empty):
         """(B, K, L) ids -> (B, K) strings; "" where the input was empty."""
@@ -203,19 +235,24 @@ class Translator(tf.Module):
         text = tf.reshape(text, shape[:2])
         return tf.where(empty[:, tf.newaxis], tf.constant(""), text)
 
-    def _nbest(self, ids, scores, empty):
+    def _nbest(self, ids, scores, empty, truncated):
         return {
             "outputs": self._detokenize(ids, empty),
             "scores": tf.where(empty[:, tf.newaxis], 0.0, scores),
+            "truncated": truncated,
         }
 
     # -- signatures ------------------------------------------------------------------------
 
     @tf.function(input_signature=[opt.STRINGS])
     def __call__(self, inputs):
-        ids, scores, empty = self.search(inputs, self.beam_size, num_best=1)
+        ids, scores, empty, truncated = self.search(inputs, self.beam_size, num_best=1)
         text = self._detokenize(ids[:, :1], empty)[:, 0]
-        return {"outputs": text, "scores": tf.where(empty, 0.0, scores[:, 0])}
+        return {
+            "outputs": text,
+            "scores": tf.where(empty, 0.0, scores[:, 0]),
+            "truncated": truncated,
+        }
 
     @tf.function(input_signature=[opt.STRINGS])
     def translate_nbest(self, inputs):
@@ -223,23 +260,25 @@ class Translator(tf.Module):
 
     @tf.function(input_signature=opt.OPTIONS)
     def translate_with_options(
-        self, inputs, beam_size, alpha, max_extra_length, num_hypotheses, target_prefix
+        self, inputs, beam_size, alpha, max_extra_length, num_hypotheses, target_prefix, stop_rule
     ):
         checks = opt.assert_options(
-            inputs, beam_size, alpha, max_extra_length, num_hypotheses, target_prefix
+            inputs, beam_size, alpha, max_extra_length, num_hypotheses, target_prefix, stop_rule
         )
-        beam_size, alpha, max_extra_length, num_hypotheses = opt.checked(
-            checks, beam_size, alpha, max_extra_length, num_hypotheses
+        beam_size, alpha, max_extra_length, num_hypotheses, stop_rule = opt.checked(
+            checks, beam_size, alpha, max_extra_length, num_hypotheses, stop_rule
         )
-        ids, scores, empty = self.search(
-            inputs, beam_size, alpha, max_extra_length, target_prefix, num_best=num_hypotheses
-        )
+        ids, scores, empty, truncated = self.search(
+            inputs, beam_size, alpha, max_extra_length, target_prefix, num_best=num_hypotheses,
+            stop_rule=opt.stop_rule_codes(stop_rule, self._stop_code),
+        )  # fmt: skip
         n = tf.maximum(tf.reduce_max(num_hypotheses), 1)
-        result = self._nbest(ids[:, :n], scores[:, :n], empty)
+        result = self._nbest(ids[:, :n], scores[:, :n], empty, truncated)
         wanted = tf.range(n)[tf.newaxis, :] < num_hypotheses[:, tf.newaxis]
         return {
             "outputs": tf.where(wanted, result["outputs"], ""),
             "scores": tf.where(wanted, result["scores"], -float("inf")),
+            "truncated": truncated,
         }
 
     @tf.function(input_signature=[opt.XLA_SHAPES])
@@ -272,11 +311,13 @@ class Translator(tf.Module):
          "token_scores" (B, T) float32, 0 after eos; "target_tokens" (B, T) string
          SentencePiece pieces, eos last, "" padding; "source_tokens" (B, S) likewise;
          "attention" (B, T, S) float32, the cross-attention of decoder layer
-         `attention_layer` averaged over its heads, 0 on padding}.
+         `attention_layer` averaged over its heads, 0 on padding; "truncated" (B,) bool the
+         source was cut to `max_input_length`; "target_truncated" (B,) bool the target was
+         cut to the model's positions (learned positions only)}.
         """
         (targets,) = opt.checked(opt.assert_same_length(inputs, targets), targets)
-        source, _, _ = self._encode_inputs(inputs)
-        ids = self._targets(targets)
+        source, _, _, truncated = self._encode_inputs(inputs)
+        ids, target_truncated = self._cut_targets(targets)
         batch = tf.shape(inputs)[0]
         target_out = tf.concat([ids, tf.fill([batch, 1], EOS_ID)], axis=1).to_tensor()
         target_in = tf.concat([tf.fill([batch, 1], BOS_ID), ids], axis=1).to_tensor()
@@ -292,6 +333,8 @@ class Translator(tf.Module):
             "target_tokens": self._pieces(target_out),
             "source_tokens": self._pieces(source),
             "attention": tf.where(pad, attention, 0.0),
+            "truncated": truncated,
+            "target_truncated": target_truncated,
         }
 
     @tf.function(input_signature=opt.SAMPLE)
@@ -301,7 +344,7 @@ class Translator(tf.Module):
         same output whatever else is in the batch; top_k 1 is greedy search."""
         checks = opt.assert_sampling(inputs, temperature, top_k, top_p, seed)
         temperature, top_k, top_p, seed = opt.checked(checks, temperature, top_k, top_p, seed)
-        source, lengths, empty = self._encode_inputs(inputs)
+        source, lengths, empty, truncated = self._encode_inputs(inputs)
         memory = self.model.encode(source)
         cache = self.model.init_cache(memory, source)
         bos = tf.fill([tf.shape(source)[0]], BOS_ID)
@@ -312,4 +355,4 @@ class Translator(tf.Module):
             min_length=self._search_min_length,
         )  # fmt: skip
         text = self._detokenize(ids[:, tf.newaxis], empty)[:, 0]
-        return {"outputs": text, "scores": tf.where(empty, 0.0, scores)}
+        return {"outputs": text, "scores": tf.where(empty, 0.0, scores), "truncated": truncated}

@@ -117,7 +117,8 @@ class SegmentedSearch:
 
     def _segment(self, step, length, per, hypotheses, done, special, rest):
         """Steps from `step` over a fixed batch of P sentences until at most P / 2 are live,
-        the cache is full or `length` is reached: (step, hypotheses, done, special, rest).
+        the cache is full or `length` is reached: (step, hypotheses, done, special, rest,
+        per), `per` with the stop rules' counts (`s._count_finished`) carried on.
 
         hypotheses: (alive_seq (P, K, C + 1), alive_lp (P, K), finished_seq, finished_scores);
         done (P,) bool: settled (their finished hypotheses frozen); special: the cache's
@@ -131,11 +132,11 @@ class SegmentedSearch:
         rank = tf.range(2 * k)[tf.newaxis, :]
         constant = special.get("constant")
 
-        def cond(step, hypotheses, done, sentence, rest):
+        def cond(step, hypotheses, done, sentence, rest, per):
             live = tf.reduce_sum(tf.cast(tf.logical_not(done), tf.int32))
             return (step < length) & (step < capacity) & (live > batch // 2)
 
-        def body(step, hypotheses, done, sentence, rest):
+        def body(step, hypotheses, done, sentence, rest, per):
             alive_seq, alive_lp, finished_seq, finished_scores = hypotheses
             cache = dict(rest)
             if "sentence" in special:
@@ -156,6 +157,7 @@ class SegmentedSearch:
             dead = tf.logical_or(top_lp <= s.NEG_INF / 2, rank >= 2 * beams)
             top_lp = tf.where(dead, s.NEG_INF, top_lp)
             ended = s._ended_scores(top_lp, is_eos, dead, rank, beams, step, per["alpha"])
+            per = s._count_finished(per, is_eos, dead, rank, beams)
             new_scores, new_seq = s._finished_pool(finished_scores, finished_seq, ended, top_seq, k)
             # a settled sentence keeps the pool it settled with
             finished_scores = tf.where(done[:, tf.newaxis], finished_scores, new_scores)
@@ -169,12 +171,12 @@ class SegmentedSearch:
             new_rest = tf.nest.map_structure(lambda t: tf.gather(t, rows), new_rest)
             hypotheses = (alive_seq, alive_lp, finished_seq, finished_scores)
             # the shapes do not change (lost by ops with tensor sizes when traced for known ones)
-            state = (hypotheses, done, sentence, new_rest)
+            state = (hypotheses, done, sentence, new_rest, per)
             return (step + 1, *tf.nest.map_structure(_same_shape, state, shapes))
 
         sentence = special.get("sentence", {})
-        shapes = br.nest_shapes((hypotheses, done, sentence, rest))
-        return tf.while_loop(cond, body, (step, hypotheses, done, sentence, rest))
+        shapes = br.nest_shapes((hypotheses, done, sentence, rest, per))
+        return tf.while_loop(cond, body, (step, hypotheses, done, sentence, rest, per))
 
     def compile_shape(self, cache, batch, beam_size, capacity, prefix_width):
         """Run the compiled segment for no step on `batch` sentences with `beam_size` beams,
@@ -195,6 +197,9 @@ class SegmentedSearch:
             "nth": tf.zeros([batch], tf.int32),
             "alpha": tf.zeros([batch], tf.float32),
             "prefix": tf.fill([batch, prefix_width], -1),
+            "stop_rule": tf.zeros([batch], tf.int32),
+            "finished_count": tf.zeros([batch], tf.int32),
+            "top_finished": tf.zeros([batch], tf.bool),
         }
         sentence, _, rest = br.split(cache)
         special = {key: cache[key] for key in br.SPECIAL if key in cache}
@@ -224,14 +229,17 @@ class SegmentedSearch:
         alpha=ALPHA,
         prefix=None,
         num_best=None,
+        stop_rule=s.STOP_EXACT,
     ):
         """`search.beam_search`'s arguments and results (eos_id, min_length and stop_early
-        given to the constructor); `initial_cache` a dict, with a fixed-capacity cache of
-        any capacity if `grow_cache` is set."""
+        given to the constructor; `stop_rule` as there, per sentence too); `initial_cache` a
+        dict, with a fixed-capacity cache of any capacity if `grow_cache` is set."""
         if isinstance(beam_size, int) and beam_size < 1:
             raise ValueError(f"beam_size must be >= 1, got {beam_size}")
         initial_ids = tf.convert_to_tensor(initial_ids, tf.int32)
-        per = s._options(initial_ids, max_lengths, beam_size, alpha, prefix, None, num_best)
+        per = s._options(
+            initial_ids, max_lengths, beam_size, alpha, prefix, None, num_best, stop_rule
+        )
         del per["sampling"]
         # more -1 columns change nothing (the column read once every prefix is done is -1
         # either way); a power of two keeps the compiled shapes few
@@ -266,7 +274,7 @@ class SegmentedSearch:
             pad = tf.minimum(tf.range(padded), live - 1)
             gather = lambda t: tf.gather(t, pad)  # noqa: E731
             beam_rows = tf.reshape(pad[:, tf.newaxis] * k + tf.range(k), [-1])
-            step, hypotheses, done, sentence, rest = self.segment(
+            step, hypotheses, done, sentence, rest, per = self.segment(
                 step,
                 length,
                 tf.nest.map_structure(gather, per),

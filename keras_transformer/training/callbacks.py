@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import os
 import time
@@ -11,6 +12,8 @@ import keras
 import tensorflow as tf
 
 from keras_transformer.errors import KerasTransformerError
+
+logger = logging.getLogger(__name__)
 
 
 class TrainingError(KerasTransformerError, RuntimeError):
@@ -84,11 +87,58 @@ class CheckpointEvery(keras.callbacks.Callback):
         self.manager.save(checkpoint_number=step)
 
     def on_train_batch_end(self, batch, logs=None):
-        if self.every and self.state.step % self.every == 0:
+        # an epoch's last batch is saved at the epoch's end instead, after the epoch-end work
+        # (validation, BLEU, best/, patience): a checkpoint never precedes work that belongs
+        # to its step, so a kill during that work resumes before it and does it again
+        steps = (self.params or {}).get("steps")
+        last = steps is not None and batch + 1 >= steps
+        if self.every and self.state.step % self.every == 0 and not last:
             self._save()
 
     def on_epoch_end(self, epoch, logs=None):
         self._save()
+
+
+KILL_AT_ENV = "KT_KILL_AT"  # test hook: "STEP:PHASE" ends the process there (see KillSwitch)
+
+
+class KillSwitch(keras.callbacks.Callback):
+    """Test hook: `os._exit(137)` (what a SIGKILL leaves: no cleanup, no flush) at optimizer
+    step `step`, in `phase`: "batch" (the batch end, after its evaluation and before its
+    checkpoint), "validation" (as the epoch-end validation that follows the step starts) or
+    "epoch_end" (the epoch-end work done, before the checkpoint that follows it). Placed in
+    the callback list just before `CheckpointEvery`; made by `kill_switch()` only when
+    $KT_KILL_AT is set, so kill tests are deterministic instead of timed."""
+
+    PHASES = ("batch", "validation", "epoch_end")
+
+    def __init__(self, state: StepState, step: int, phase: str):
+        super().__init__()
+        if phase not in self.PHASES:
+            raise ValueError(f"{KILL_AT_ENV}: phase {phase!r} is not one of {self.PHASES}")
+        self.state, self.step, self.phase = state, step, phase
+
+    def _maybe_exit(self, phase: str) -> None:
+        if phase == self.phase and self.state.step == self.step:
+            os._exit(137)
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._maybe_exit("batch")
+
+    def on_test_begin(self, logs=None):
+        self._maybe_exit("validation")
+
+    def on_epoch_end(self, epoch, logs=None):
+        self._maybe_exit("epoch_end")
+
+
+def kill_switch(state: StepState) -> list:
+    """[KillSwitch] when $KT_KILL_AT ("STEP:PHASE") is set, else []."""
+    value = os.environ.get(KILL_AT_ENV)
+    if not value:
+        return []
+    step, _, phase = value.partition(":")
+    return [KillSwitch(state, int(step), phase or "batch")]
 
 
 class StopAtStep(keras.callbacks.Callback):
@@ -122,6 +172,8 @@ class MetricsLogger(keras.callbacks.Callback):
         if not self.enabled:
             return
         kept = self.run_dir.truncate_metrics(self.state.step)
+        for folder in ("train", "validation"):
+            truncate_events(os.path.join(self.run_dir.path("logs"), folder), self.state.step)
         if kept:
             self.start = time.time() - float(kept[-1].get("time_s", 0.0))
 
@@ -160,6 +212,46 @@ class MetricsLogger(keras.callbacks.Callback):
         self.write("epoch", logs)
 
 
+def truncate_events(folder: str, step: int) -> None:
+    """Drop the TensorBoard events past `step` from the event files in `folder` (a resumed
+    run writes them again; TensorBoard purges only steps that go back, so an event written
+    again at the same step would show twice). Each file is rewritten beside itself and
+    renamed over it."""
+    from tensorflow.core.util import event_pb2
+
+    if not os.path.isdir(folder):
+        return
+    for name in sorted(os.listdir(folder)):
+        if not name.startswith("events.out.tfevents"):
+            continue
+        path = os.path.join(folder, name)
+        records, damaged = [], False
+        try:
+            for record in tf.data.TFRecordDataset(path).as_numpy_iterator():
+                records.append(record)
+        except tf.errors.DataLossError:  # a last record the kill cut short: dropped
+            damaged = True
+        kept = [r for r in records if event_pb2.Event.FromString(r).step <= step]
+        if len(kept) == len(records) and not damaged:
+            continue
+        with tf.io.TFRecordWriter(path + ".tmp") as writer:
+            for record in kept:
+                writer.write(record)
+        os.replace(path + ".tmp", path)
+
+
+class BleuProgress(tf.Module):
+    """The best validation BLEU, its step and the evaluations without gain since: saved with
+    the training checkpoints (created before the callback that updates them, so that the
+    checkpoint, its manager and the callbacks that use the manager are built in order)."""
+
+    def __init__(self):
+        super().__init__(name="bleu_progress")
+        self.best = tf.Variable(-1.0, trainable=False, name="best_bleu")
+        self.best_step = tf.Variable(-1, dtype=tf.int64, trainable=False, name="best_step")
+        self.bad_evals = tf.Variable(0, dtype=tf.int64, trainable=False, name="bad_evals")
+
+
 class BleuEvaluation(keras.callbacks.Callback):
     """sacreBLEU on the validation set every `every` steps (and at each epoch end).
 
@@ -192,12 +284,14 @@ class BleuEvaluation(keras.callbacks.Callback):
         batch_size: int = 64,
         strategy: tf.distribute.Strategy | None = None,
         averaged=None,
+        guard: NonFiniteLossGuard | None = None,
+        progress: BleuProgress | None = None,
     ):
         super().__init__()
         self.averaged = averaged or contextlib.nullcontext
         self.translate_fn, self.sources, self.references = translate_fn, sources, references
         self.every, self.state, self.transformer = every, state, model
-        self.guard: NonFiniteLossGuard | None = None  # no evaluation after a NaN/Inf loss
+        self.guard = guard  # no evaluation after a NaN/Inf loss
         self.metrics, self.patience, self.batch_size = metrics, patience, batch_size
         self.strategy = strategy
         self.writer = (
@@ -205,10 +299,7 @@ class BleuEvaluation(keras.callbacks.Callback):
             if log_dir and translate_fn is not None
             else None
         )
-        self.progress = tf.Module(name="bleu_progress")
-        self.progress.best = tf.Variable(-1.0, trainable=False, name="best_bleu")
-        self.progress.best_step = tf.Variable(-1, dtype=tf.int64, trainable=False, name="best_step")
-        self.progress.bad_evals = tf.Variable(0, dtype=tf.int64, trainable=False, name="bad_evals")
+        self.progress = progress or BleuProgress()
         # best/ holds the weights and their own score, so a kill between a save there and the
         # next training checkpoint loses neither (restore_best takes the larger score)
         self.best_score = tf.Variable(-1.0, trainable=False, name="best_score")
@@ -221,10 +312,12 @@ class BleuEvaluation(keras.callbacks.Callback):
         )
         self.last_step, self.last_bleu, self.stopped_early = -1, None, False
 
-    def restore_best(self, run_dir) -> None:
-        """After a restore: the best score is the larger of the checkpoint's and best/'s."""
+    def restore_best(self, run_dir, step: int | None = None) -> None:
+        """After a restore at `step`: the best score is the larger of the checkpoint's and
+        best/'s. A best/ newer than `step` (saved by an evaluation whose checkpoint the kill
+        prevented) is left out: the resumed run does that evaluation again."""
         paths = run_dir.checkpoints(best=True)
-        if not paths:
+        if not paths or (step is not None and int(paths[-1].rsplit("-", 1)[1]) > step):
             return
         reader = tf.train.load_checkpoint(paths[-1])
         key = "score/.ATTRIBUTES/VARIABLE_VALUE"
@@ -265,7 +358,7 @@ class BleuEvaluation(keras.callbacks.Callback):
             with self.writer.as_default():
                 tf.summary.scalar("bleu", bleu, step=step)
         self.metrics.write("bleu", {"val_bleu": bleu})
-        print(f"\nstep {step}: validation BLEU {bleu:.2f}", flush=True)
+        logger.info("\nstep %d: validation BLEU %.2f", step, bleu)
         if bleu > float(self.progress.best.numpy()) and self._weights_finite():
             self.progress.best.assign(bleu)
             self.progress.best_step.assign(step)
@@ -286,7 +379,7 @@ class BleuEvaluation(keras.callbacks.Callback):
         self.last_step = step
         stop = agree_any(self.strategy, self._judge(logs))
         if stop:
-            print(f"early stopping: no BLEU gain in {self.patience} evaluations", flush=True)
+            logger.info("early stopping: no BLEU gain in %d evaluations", self.patience)
             self.stopped_early = True
             self.model.stop_training = True
 
@@ -311,11 +404,14 @@ def agree_any(strategy: tf.distribute.Strategy | None, flag: bool) -> bool:
 
 __all__ = [
     "BleuEvaluation",
+    "BleuProgress",
     "CheckpointEvery",
+    "KillSwitch",
     "MetricsLogger",
     "NonFiniteLossGuard",
     "StepState",
     "StopAtStep",
     "TrainingError",
     "agree_any",
+    "kill_switch",
 ]

@@ -1,6 +1,6 @@
 """Before training: the data, the resolved settings and the tokenizer of a run.
 
-A new run resolves its automatic settings from the corpus (`args.resolve`), trains the
+A new run resolves its automatic settings from the corpus (`recipe.resolve`), trains the
 SentencePiece model and writes both to the run directory (the chief only); a resumed run reads
 them back and refuses flags that would change it.
 """
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import glob
+import logging
 import math
 import os
 import time
@@ -30,16 +31,19 @@ from keras_transformer.training.args import (
     ConfigError,
     TrainArgs,
     TrainSettings,
-    check_resume,
-    resolve,
 )
-from keras_transformer.training.corpora import corpus_weights, tagged_corpora, training_corpora
 from keras_transformer.training.fine_tune import Source
+from keras_transformer.training.plan import Plan
+from keras_transformer.training.recipe import resolve
+from keras_transformer.training.validation import check_resume
+
+logger = logging.getLogger(__name__)
 
 
-def load_data(args: TrainArgs):
-    """(train, validation) from the --dataset flags: train a ParallelText, or a MixedText of
+def load_data(plan: Plan):
+    """(train, validation) from the plan's corpora: train a ParallelText, or a MixedText of
     several corpora; validation the first corpus's."""
+    args, corpora = plan.args, plan.corpora
 
     def load(kind: str, split: str, files):
         return load_parallel(
@@ -52,12 +56,12 @@ def load_data(args: TrainArgs):
             tfds_download=args.tfds_download,
         )
 
-    corpora = training_corpora(args)
-    train = [load(kind, "train", files) for kind, files in corpora]
-    valid = load(corpora[0][0], "validation", (args.valid_src, args.valid_tgt))
+    train = [load(kind, "train", files) for kind, files in corpora.sources]
+    valid = load(corpora.sources[0][0], "validation", (args.valid_src, args.valid_tgt))
     if len(train) == 1:
         return train[0], valid
-    return MixedText(train, corpus_weights(args), tagged_corpora(args)), valid
+    weights = list(corpora.weights) if corpora.weights else None
+    return MixedText(train, weights, corpora.tagged), valid
 
 
 def check_tag_symbol(tokenizer: SubwordTokenizer, settings: TrainSettings) -> None:
@@ -79,7 +83,7 @@ def settle(run_dir: Run, args: TrainArgs, train, task: int | None = None, replic
     `task` is the index of a non-chief worker (None for the chief): it waits for the chief's
     config.json. One that gives up leaves a note, and the chief, finding it once its own
     preparation is done, stops too instead of blocking in its first collective. `replicas`
-    (of the whole job) bounds the automatic micro-batch (`args.split_update`).
+    (of the whole job) bounds the automatic micro-batch (`recipe.split_update`).
     """
     if task is not None:
         wait_for(run_dir.path(CONFIG_FILE), args.worker_wait, run_dir.path(GAVE_UP.format(task)))
@@ -123,13 +127,11 @@ def new_settings(run_dir: Run, args: TrainArgs, train, replicas: int = 1):
             )
         return tokenizers[vocab_size]
 
-    def batches_per_pass(vocab_size: int, batch_tokens: int, sampled: bool = True) -> int:
-        tokenizer = tokenizer_for(vocab_size)
-        subword = subword_sampler(tokenizer, args.subword_alpha) if sampled else None
-        return count_batches(train, tokenizer, batch_tokens, args.max_length, subword=subword)
-
     settings = resolve(
-        args, num_pairs=train.num_pairs, batches_per_pass=batches_per_pass, replicas=replicas
+        args,
+        num_pairs=train.num_pairs,
+        batches_per_pass=batch_counter(train, args, tokenizer_for),
+        replicas=replicas,
     )
     tokenizer = tokenizer_for(settings.vocab_size)
     if source is not None:
@@ -148,6 +150,33 @@ def new_settings(run_dir: Run, args: TrainArgs, train, replicas: int = 1):
         config["init"] = source.record()
     run_dir.write_config(config)
     return settings, tokenizer
+
+
+def batch_counter(train, args: TrainArgs, tokenizer_for):
+    """`batches_per_pass(vocab_size, batch_tokens, sampled=True)` of `recipe.resolve`, counted
+    with the tokenizer `tokenizer_for(vocab_size)`."""
+
+    def batches_per_pass(vocab_size: int, batch_tokens: int, sampled: bool = True) -> int:
+        tokenizer = tokenizer_for(vocab_size)
+        subword = subword_sampler(tokenizer, args.subword_alpha) if sampled else None
+        return count_batches(train, tokenizer, batch_tokens, args.max_length, subword=subword)
+
+    return batches_per_pass
+
+
+def planned_settings(run_dir: Run, args: TrainArgs, train, replicas: int = 1) -> TrainSettings:
+    """The settings `settle` would give, without training a tokenizer or writing anything
+    (--dry-run): a resumed run's from its config.json; a new run's resolved from the corpus,
+    with the settings counted in batches (`recipe.COUNTED`) left at None unless a fine-tuned
+    run's source tokenizer (--init-from) can count them."""
+    if run_dir.exists:
+        return resumed_settings(run_dir, args)
+    counter = None
+    if args.init_from is not None:
+        source, args = Source.of(args)
+        tokenizer = source.tokenizer()
+        counter = batch_counter(train, args, lambda _: tokenizer)
+    return resolve(args, num_pairs=train.num_pairs, batches_per_pass=counter, replicas=replicas)
 
 
 def resumed_settings(run_dir: Run, args: TrainArgs) -> TrainSettings:
@@ -176,7 +205,7 @@ def train_tokenizer(train, vocab_size: int, args: TrainArgs) -> SubwordTokenizer
             yield tgt.decode("utf-8")
 
     model_type = args.spm_model_type or DEFAULT_SPM_MODEL_TYPE
-    print(f"training a {vocab_size}-piece {model_type} SentencePiece model", flush=True)
+    logger.info("training a %d-piece %s SentencePiece model", vocab_size, model_type)
     try:
         proto = train_sentencepiece(
             sentences(),
@@ -203,10 +232,11 @@ def subword_sampler(tokenizer: SubwordTokenizer, alpha: float | None) -> Subword
 def count_batches(
     train, tokenizer, batch_tokens: int, max_length: int, sample: int = 20_000, subword=None
 ):
-    """Batches in one pass over the corpus: counted on up to `sample` pairs, then scaled.
+    """Batches in one pass over the corpus: counted on up to `sample` pairs of the first
+    pass's order (pieces interleaved over the whole corpus, not storage order), then scaled.
     (A MixedText: its first mixed pass, tags included; with `subword`, sampled as in
     training: longer.)"""
-    pairs = train.epoch(0, 0) if isinstance(train, MixedText) else train.dataset
+    pairs = train.epoch(0, 0)
     batches = make_batches(
         pairs.take(sample),
         tokenizer,
@@ -242,6 +272,7 @@ __all__ = [
     "check_workers",
     "count_batches",
     "load_data",
+    "planned_settings",
     "settle",
     "subword_sampler",
     "train_tokenizer",

@@ -1,7 +1,14 @@
-"""`train(args)`: train or resume the run in `--model-dir`, as a short sequence of named stages."""
+"""`train(plan)`: train or resume the run in `--model-dir`, as a short sequence of named stages.
+
+Each part gets its collaborators when it is built: the BLEU bookkeeping (`cb.BleuProgress`)
+first, then the checkpoint that saves it, its manager, the NaN guard that names the manager's
+last checkpoint, and the BLEU callback that the guard silences.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import math
 import os
 import sys
@@ -17,57 +24,78 @@ from keras_transformer.optimization import paper_optimizer
 from keras_transformer.run_dir import LOG_DIR, Run
 from keras_transformer.training import callbacks as cb
 from keras_transformer.training import ema, fine_tune
-from keras_transformer.training.args import (
-    INITIAL_LOSS_SCALE,
-    TrainArgs,
-    TrainSettings,
-    describe,
-    validate,
-)
+from keras_transformer.training.args import INITIAL_LOSS_SCALE, TrainSettings, describe
+from keras_transformer.training.plan import Plan
 from keras_transformer.training.preparation import (
     check_tag_symbol,
     load_data,
+    planned_settings,
     settle,
     subword_sampler,
 )
+from keras_transformer.training.recipe import COUNTED
 from keras_transformer.training.step import TrainingModel
 from keras_transformer.training.strategy import is_chief, make_strategy, set_precision
 from keras_transformer.training.summary import summarize
 
+logger = logging.getLogger(__name__)
 
-def train(args: TrainArgs) -> dict:
-    """Train (or resume) the run in `args.model_dir`; returns a summary dict."""
-    validate(args)
-    strategy = make_strategy(args.strategy)  # first: collective ops are set up at startup
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """Where this process trains: the strategy, its worker index (None for the chief), the
+    chief's run directory (config.json, spm.model, checkpoints) and its own (metrics of a
+    worker)."""
+
+    strategy: tf.distribute.Strategy
+    task: int | None
+    shared: Run
+    own: Run
+
+    @property
+    def chief(self) -> bool:
+        return self.task is None
+
+    @classmethod
+    def start(cls, model_dir: str, strategy_name: str) -> Job:
+        strategy = make_strategy(strategy_name)  # first: collective ops are set up at startup
+        task = None if is_chief(strategy) else _task_id(strategy)
+        shared = Run(model_dir)
+        own = shared if task is None else Run(os.path.join(model_dir, f"worker_{task}"))
+        return cls(strategy, task, shared, own)
+
+
+def train(plan: Plan) -> dict:
+    """Train (or resume) the run in `plan.args.model_dir`; returns a summary dict."""
+    args = plan.args
+    job = Job.start(args.model_dir, args.strategy)
     keras.utils.set_random_seed(args.seed)  # before any tokenizer: it clears the kernel cache
-    chief = is_chief(strategy)
-    task = None if chief else _task_id(strategy)
-    shared = Run(args.model_dir)  # the chief's directory: config.json, spm.model, checkpoints
-    own = shared if chief else Run(os.path.join(args.model_dir, f"worker_{task}"))
-    train_data, valid = load_data(args)
-    print(f"train: {train_data.report()}\nvalidation: {valid.report()}", flush=True)
-    settings, tokenizer = settle(shared, args, train_data, task, strategy.num_replicas_in_sync)
-    print(f"settings (config.json):\n{describe(settings, args)}", flush=True)
+    train_data, valid = load_data(plan)
+    logger.info("train: %s\nvalidation: %s", train_data.report(), valid.report())
+    replicas = job.strategy.num_replicas_in_sync
+    settings, tokenizer = settle(job.shared, args, train_data, job.task, replicas)
+    logger.info("settings (config.json):\n%s", describe(settings, args))
     check_tag_symbol(tokenizer, settings)
     set_precision(settings.precision)
 
-    with strategy.scope():
-        model = build_model(shared.model_config(), settings)
-    guard = cb.NonFiniteLossGuard(None)
-    metrics = cb.MetricsLogger(own, cb.StepState(model), settings.log_every, chief)
-    bleu = make_bleu_callback(settings, model, tokenizer, valid, shared, chief, strategy, metrics)
-    bleu.guard = guard
-    checkpoint = training_checkpoint(model, bleu)
-    manager = own.checkpoint_manager(checkpoint, max_to_keep=settings.keep_checkpoints)
-    guard.manager = manager
-    if not restore(checkpoint, shared, manager, model, bleu, metrics) and settings.init_from:
+    with job.strategy.scope():
+        model = build_model(job.shared.model_config(), settings)
+    metrics = cb.MetricsLogger(job.own, cb.StepState(model), settings.log_every, job.chief)
+    progress = cb.BleuProgress()
+    checkpoint = training_checkpoint(model, progress)
+    manager = job.own.checkpoint_manager(checkpoint, max_to_keep=settings.keep_checkpoints)
+    guard = cb.NonFiniteLossGuard(manager)
+    bleu = make_bleu_callback(
+        job, settings, model, tokenizer, valid, metrics=metrics, guard=guard, progress=progress
+    )
+    if not restore(job.shared, checkpoint, model, bleu, metrics) and settings.init_from:
         # a fine-tuned run without a checkpoint of its own starts from its source's weights
         fine_tune.initialize(
-            model.transformer, shared.read_config()["init"], keep=seed_states(model.transformer)
+            model.transformer, job.shared.read_config()["init"], keep=seed_states(model.transformer)
         )
     if _step(model) >= settings.train_steps:
-        print(f"already at step {_step(model)} >= --train-steps {settings.train_steps}", flush=True)
-        return summarize(shared, settings, model, bleu)
+        logger.info("already at step %d >= --train-steps %d", _step(model), settings.train_steps)
+        return summarize(job.shared, settings, model, bleu)
 
     stats = PipelineStats()
     subword = subword_sampler(tokenizer, settings.subword_alpha)  # training sentences only
@@ -76,13 +104,30 @@ def train(args: TrainArgs) -> dict:
     callbacks = make_callbacks(settings, manager, model, guard, [metrics, bleu])
     fit_to_step(model, data_from, valid_batches, callbacks, settings)
     report_dropped(stats, settings)
-    return summarize(shared, settings, model, bleu)
+    return summarize(job.shared, settings, model, bleu)
+
+
+def dry_run(plan: Plan) -> str:
+    """The plan `train(plan)` would follow, as train shows it (the corpora and the settings
+    table), from the corpus sizes alone: no tokenizer trained, no TFDS download, nothing
+    written (not even --model-dir)."""
+    args = plan.args
+    strategy = make_strategy(args.strategy)  # the replicas bound the automatic micro-batch
+    local = dataclasses.replace(args, tfds_download=False)
+    train_data, valid = load_data(dataclasses.replace(plan, args=local))
+    replicas = strategy.num_replicas_in_sync
+    settings = planned_settings(Run(args.model_dir), args, train_data, replicas)
+    return (
+        f"train: {train_data.report()}\nvalidation: {valid.report()}\n"
+        f"settings (config.json):\n{describe(settings, args, pending=COUNTED)}\n"
+        f"dry run: nothing trained, nothing written to {args.model_dir}"
+    )
 
 
 # -- stages ---------------------------------------------------------------------------------
 
 
-def training_checkpoint(model: TrainingModel, bleu) -> tf.train.Checkpoint:
+def training_checkpoint(model: TrainingModel, progress: cb.BleuProgress) -> tf.train.Checkpoint:
     """Everything a resume restores: weights, optimizer (and loss scale), the data stream's
     position, the dropout RNG, the BLEU bookkeeping and the moving averages of --ema-decay."""
     return tf.train.Checkpoint(
@@ -91,7 +136,7 @@ def training_checkpoint(model: TrainingModel, bleu) -> tf.train.Checkpoint:
         data_position=model.data_position,
         data_next=model.data_next,
         rng=seed_states(model.transformer),
-        bleu=bleu.progress,
+        bleu=progress,
         **ema.checkpoint_items(model.optimizer),
     )
 
@@ -155,14 +200,14 @@ def training_stream(train_data, tokenizer, settings: TrainSettings, stats, subwo
 def report_dropped(stats: PipelineStats, settings: TrainSettings) -> None:
     """Print how many training pairs over --max-length the pipeline dropped, if any."""
     if int(stats.too_long.numpy()):
-        print(
-            f"dropped {int(stats.too_long.numpy())} training pairs longer than "
-            f"--max-length {settings.max_length}",
-            flush=True,
+        logger.info(
+            "dropped %d training pairs longer than --max-length %d",
+            int(stats.too_long.numpy()),
+            settings.max_length,
         )
 
 
-def restore(checkpoint, shared: Run, manager, model, bleu, metrics) -> bool:
+def restore(shared: Run, checkpoint, model, bleu, metrics) -> bool:
     """Resume from the chief's newest checkpoint, on every worker; False when there is none.
 
     The chief's checkpoints are the truth: a worker killed between the chief's save and its
@@ -184,11 +229,11 @@ def restore(checkpoint, shared: Run, manager, model, bleu, metrics) -> bool:
             f"checkpoint {paths[-1]} does not match this model and training state ({first}): "
             "it was written by another configuration or version; use a new --model-dir"
         ) from None
-    bleu.restore_best(shared)
+    bleu.restore_best(shared, _step(model))
     metrics.resume()
     scale = getattr(model.optimizer, "dynamic_scale", None)
     scale = f" (loss scale {float(scale.numpy()):g})" if scale is not None else ""
-    print(f"resumed from {paths[-1]} at step {_step(model)}{scale}", flush=True)
+    logger.info("resumed from %s at step %d%s", paths[-1], _step(model), scale)
     return True
 
 
@@ -197,11 +242,14 @@ def seed_states(model) -> list:
     return [v for v in model.variables if "seed_generator_state" in v.path]
 
 
-def make_bleu_callback(settings, model, tokenizer, valid, shared: Run, chief, strategy, metrics):
+def make_bleu_callback(
+    job: Job, settings, model, tokenizer, valid, *, metrics, guard, progress
+) -> cb.BleuEvaluation:
+    """Validation BLEU (the chief translates; every worker takes part in the stop decision)."""
     from keras_transformer.inference.translator import Translator
 
     sources, references, translate = [], [], None
-    if chief:
+    if job.chief:
         pairs = valid.dataset
         if settings.eval_sentences:
             pairs = pairs.take(settings.eval_sentences)
@@ -214,14 +262,16 @@ def make_bleu_callback(settings, model, tokenizer, valid, shared: Run, chief, st
         sources,
         references,
         every=settings.eval_every,
-        best_dir=shared.path("best") if chief else None,
+        best_dir=job.shared.path("best") if job.chief else None,
         model=model.transformer,
         state=cb.StepState(model),
         metrics=metrics,
-        log_dir=shared.path(LOG_DIR),
+        log_dir=job.shared.path(LOG_DIR),
         patience=settings.patience,
-        strategy=strategy,
+        strategy=job.strategy,
         averaged=lambda: ema.swapped(model.transformer, model.optimizer),
+        guard=guard,
+        progress=progress,
     )
 
 
@@ -232,6 +282,7 @@ def make_callbacks(settings, manager, model, guard, evaluation: list) -> list:
     return [
         guard,
         *evaluation,
+        *cb.kill_switch(state),  # tests only ($KT_KILL_AT)
         cb.CheckpointEvery(manager, state, settings.checkpoint_every, guard),
         cb.StopAtStep(state, settings.train_steps),
     ]
@@ -290,4 +341,4 @@ def _task_id(strategy) -> int:
     return strategy.cluster_resolver.task_id
 
 
-__all__ = ["TrainArgs", "fit_to_step", "train"]
+__all__ = ["Job", "dry_run", "fit_to_step", "train"]

@@ -244,3 +244,37 @@ def test_bad_settings_name_the_flag(setup, kwargs, match):
 def test_boundaries_are_sorted_and_end_at_max_length():
     b = bucket_boundaries(256)
     assert b == sorted(set(b)) and b[0] == 8 and b[-1] == 256 and len(b) < 32
+
+
+@pytest.mark.parametrize("suffix", ["", ".gz"])
+def test_a_file_pass_draws_from_the_whole_corpus_from_its_start(setup, tmp_path, suffix):
+    """A corpus of two concatenated halves (as WMT's sub-corpora): the first 1% of a pass
+    draws from both halves; each pass reads every pair once (empty lines skipped), in an
+    order of its own, gzip or not."""
+    tokenizer, _ = setup
+    lines = {"en": [], "de": []}
+    for half in ("first", "second"):
+        for i in range(2000):
+            empty = half == "second" and i % 500 == 7  # skipped, as in file order
+            lines["en"].append(f"A {half} dog number {i} runs.")
+            lines["de"].append("" if empty else f"Ein {half} Hund Nummer {i} rennt.")
+    paths = []
+    for lang in ("en", "de"):
+        path = tmp_path / f"train.{lang}{suffix}"
+        data = ("\n".join(lines[lang]) + "\n").encode()
+        path.write_bytes(gzip.compress(data) if suffix else data)
+        paths.append(str(path))
+    corpus = load_parallel("files", "train", "en", "de", files=tuple(paths))
+    assert corpus.num_pairs == 4000 - 4 and len(corpus.pieces) > 8
+    stored = [tuple(p) for p in corpus.dataset.as_numpy_iterator()]
+    orders = [[tuple(p) for p in corpus.epoch(11, e).as_numpy_iterator()] for e in (0, 1)]
+    for order in orders:
+        assert collections.Counter(order) == collections.Counter(stored)
+        first = order[: len(order) // 100]  # the first 1% of the pass
+        assert {src.split()[1] for src, _ in first} == {b"first", b"second"}
+    assert orders[0] != orders[1] and stored not in orders
+    # through the pipeline: every pair once per pass
+    passes = first_passes(corpus, tokenizer, max_length=64, batch_tokens=1024)
+    expected = expected_rows(corpus.dataset, tokenizer, 64)
+    for one in passes:
+        assert collections.Counter(pair_rows(one)) == expected

@@ -143,6 +143,34 @@ def test_unknown_tfds_name_is_one_line(tmp_path, name):
     assert len(str(err.value).splitlines()) == 1
 
 
+@pytest.mark.parametrize(
+    "error, expected",
+    [
+        (
+            PermissionError(13, "Permission denied", "/data/wmt"),
+            "cannot read 'wmt_x' in --data-dir",
+        ),
+        (RuntimeError("a bug inside TFDS"), None),
+    ],
+)
+def test_only_tfds_not_found_errors_read_unknown_dataset(monkeypatch, tmp_path, error, expected):
+    """An unreadable --data-dir is said as such; an error that is not about the name
+    keeps its traceback (a bug), neither becomes "unknown TFDS dataset"."""
+    import tensorflow_datasets as tfds
+
+    def builder(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(tfds, "builder", builder)
+    if expected is None:
+        with pytest.raises(type(error)):
+            load_parallel("tfds:wmt_x", "train", "en", "de", data_dir=str(tmp_path))
+        return
+    with pytest.raises(DataError, match=expected) as err:
+        load_parallel("tfds:wmt_x", "train", "en", "de", data_dir=str(tmp_path))
+    assert "unknown" not in str(err.value)
+
+
 def test_files_without_files_names_the_flags():
     with pytest.raises(DataError, match="pass --train-src and --train-tgt"):
         load_parallel("files", "train", "en", "de", files=(None, None))

@@ -56,3 +56,35 @@ def test_translate_all_batches_by_length_and_restores_order():
         translate_all(translate_fn, sentences, batch_size=0)
     with pytest.raises(EvaluationError, match="2 hypotheses but 1 references"):
         score(["a", "b"], ["a"])
+
+
+@pytest.mark.parametrize("where", ["file", "gz", "stdin"])
+def test_read_lines_splits_on_newline_only_as_training_does(tmp_path, monkeypatch, where):
+    """A stray "\\r" never splits a line (2 lines in, 2 out), in files and on stdin, and the
+    lines equal what training reads from the same bytes (tf.data.TextLineDataset)."""
+    import gzip
+    import io
+    import sys
+
+    import tensorflow as tf
+
+    from keras_transformer.inference.evaluation import read_lines
+
+    data = b"A dog\rruns.\r\nA cat.\nlast \xff without newline"
+    plain = tmp_path / "in.txt"
+    plain.write_bytes(data)
+    if where == "stdin":
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
+        path = "-"
+    elif where == "gz":
+        path = str(tmp_path / "in.txt.gz")
+        with gzip.open(path, "wb") as handle:
+            handle.write(data)
+    else:
+        path = str(plain)
+    lines = read_lines(path)
+    training = [
+        line.decode("utf-8", "replace")
+        for line in tf.data.TextLineDataset(str(plain)).as_numpy_iterator()
+    ]
+    assert lines == training == ["A dogruns.", "A cat.", "last \ufffd without newline"]

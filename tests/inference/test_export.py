@@ -11,6 +11,8 @@ from keras_transformer import config
 from keras_transformer.config import BOS_ID, EOS_ID
 from keras_transformer.inference.export import (
     AVERAGE_LAST,
+    WARMUP_FILE,
+    WARMUP_OPTIONS,
     ExportError,
     export_run,
     export_translator,
@@ -83,9 +85,41 @@ def tf1_session(path, requests):
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory, multi30k_dir):
     base = tmp_path_factory.mktemp("serving")
-    run = make_run(str(base / "run"), multi30k_dir)
-    path = export_run(run, str(base / "exports"), model_name="transformer", max_extra_length=10)
+    mask = os.umask(0o022)  # the common default; test_files_have_the_umasks_modes reads it
+    try:
+        run = make_run(str(base / "run"), multi30k_dir)
+        path = export_run(run, str(base / "exports"), model_name="transformer", max_extra_length=10)
+    finally:
+        os.umask(mask)
     return run, str(base / "exports"), path
+
+
+def modes(root):
+    """{path relative to root: permission bits} of every directory and file under root."""
+    found = {}
+    for folder, names, files in os.walk(root):
+        for name in names + files:
+            path = os.path.join(folder, name)
+            found[os.path.relpath(path, root)] = os.stat(path).st_mode & 0o777
+    return found
+
+
+def test_files_have_the_umasks_modes(exported):
+    """Under umask 022 everything the run and the export wrote reads as `open` and
+    `os.makedirs` give it: directories 0755, files 0644 (TF Serving running as another user
+    reads the model), not mkdtemp's 0700 and mkstemp's 0600."""
+    run, export_dir, path = exported
+    for root in (run, export_dir):
+        found = modes(root)
+        assert found, root
+        for relative, mode in found.items():
+            full = os.path.join(root, relative)
+            assert mode == (0o755 if os.path.isdir(full) else 0o644), (full, oct(mode))
+    found = modes(export_dir)
+    assert {"models.config", "transformer", "transformer/1", "transformer/1/saved_model.pb"} <= set(
+        found
+    )
+    assert {"config.json", "spm.model", "checkpoints/checkpoint"} <= set(modes(run))
 
 
 def test_layout(exported):
@@ -208,21 +242,26 @@ def test_tf1_session_in_a_fresh_process_matches_the_translator(exported):
     result = tf1_session(path, [{"inputs": SENTENCES}, {"inputs": weird}, {"inputs": []}])
     assert result["signatures"]["serving_default"] == {
         "inputs": ["inputs"],
-        "outputs": ["outputs", "scores"],
+        "outputs": ["outputs", "scores", "truncated"],
     }
+    assert result["signatures"]["translate_nbest"]["outputs"] == ["outputs", "scores", "truncated"]
     assert result["signatures"]["translate_with_options"] == {
         "inputs": [
-            "alpha", "beam_size", "inputs", "max_extra_length", "num_hypotheses", "target_prefix",
+            "alpha", "beam_size", "inputs", "max_extra_length", "num_hypotheses", "stop_rule",
+            "target_prefix",
         ],
-        "outputs": ["outputs", "scores"],
+        "outputs": ["outputs", "scores", "truncated"],
     }  # fmt: skip
     assert result["signatures"]["score"] == {
         "inputs": ["inputs", "targets"],
-        "outputs": ["attention", "scores", "source_tokens", "target_tokens", "token_scores"],
-    }
+        "outputs": [
+            "attention", "scores", "source_tokens", "target_tokens", "target_truncated",
+            "token_scores", "truncated",
+        ],
+    }  # fmt: skip
     assert result["signatures"]["sample"] == {
         "inputs": ["inputs", "seed", "temperature", "top_k", "top_p"],
-        "outputs": ["outputs", "scores"],
+        "outputs": ["outputs", "scores", "truncated"],
     }
     model, tokenizer, _ = load_trained(run, average_last=AVERAGE_LAST)
     expected = Translator(model, tokenizer, max_extra_length=10)(tf.constant(SENTENCES))
@@ -230,12 +269,17 @@ def test_tf1_session_in_a_fresh_process_matches_the_translator(exported):
     assert result["results"][0]["scores"] == pytest.approx(
         expected["scores"].numpy().tolist(), abs=1e-4
     )
+    assert result["results"][0]["truncated"] == [False] * len(SENTENCES)
     weird_out = result["results"][1]
     assert weird_out["outputs"][:2] == ["", ""] and len(weird_out["outputs"]) == 4
-    assert result["results"][2] == {"outputs": [], "scores": []}
+    # 700 words do not fit the model's 64 positions: the output says so
+    assert weird_out["truncated"] == [False, False, False, True]
+    assert result["results"][2] == {"outputs": [], "scores": [], "truncated": []}
 
 
-def options(n, beam_size=4, alpha=0.6, max_extra_length=10, num_hypotheses=1, prefix=""):
+def options(
+    n, beam_size=4, alpha=0.6, max_extra_length=10, num_hypotheses=1, prefix="", stop_rule=""
+):
     """translate_with_options' per-sentence inputs for n sentences, each a list (a value
     given as a list is taken as it is)."""
     given = {
@@ -244,6 +288,7 @@ def options(n, beam_size=4, alpha=0.6, max_extra_length=10, num_hypotheses=1, pr
         "max_extra_length": max_extra_length,
         "num_hypotheses": num_hypotheses,
         "target_prefix": prefix,
+        "stop_rule": stop_rule,
     }
     return {k: v if isinstance(v, list) else [v] * n for k, v in given.items()}
 
@@ -272,7 +317,7 @@ def test_translate_with_options_through_a_tf1_session(exported):
 
     model, tokenizer, _ = load_trained(run, average_last=AVERAGE_LAST)
     translator = Translator(model, tokenizer, beam_size=1, alpha=0.0, max_extra_length=6)
-    source_ids, _, empty = translator._encode_inputs(tf.constant(source))
+    source_ids, _, empty, _ = translator._encode_inputs(tf.constant(source))
     lengths = tf.reduce_sum(tf.cast(source_ids > 0, tf.int32), 1) + 6
     ids, _ = reference.model_greedy(
         model, source_ids, lengths.numpy(), BOS_ID, EOS_ID, min_length=config.MIN_LENGTH + 1
@@ -314,6 +359,7 @@ def test_translate_with_options_through_a_tf1_session(exported):
         (dict(max_extra_length=0), "max_extra_length"),
         (dict(beam_size=[4, 0, 4]), "beam_size"),  # one sentence's value
         (dict(alpha=[0.6]), "alpha"),  # not one value per sentence
+        (dict(stop_rule="fast"), "stop_rule"),
     ],
 )
 def test_bad_options_are_invalid_argument_errors_naming_the_input(exported, bad, name):
@@ -355,6 +401,7 @@ def test_saved_model_cli_run(exported):
     assert (
         "Result for output key outputs" in out.stdout
         and "Result for output key scores" in out.stdout
+        and "Result for output key truncated" in out.stdout
     )
 
 
@@ -373,6 +420,36 @@ def test_warmup_record_is_a_prediction_log(exported):
     assert log.SerializeToString() == warmup_record(
         "transformer", [b.decode() for b in tf.make_ndarray(request.inputs["inputs"])]
     )
+
+
+def test_warmup_records_ask_every_signature_and_run(exported):
+    """One record per signature TF Serving may be asked, each a PredictRequest with every
+    input of its signature, that runs through a TF1 session (as TF Serving replays them)."""
+    from tensorflow_serving.apis import prediction_log_pb2
+
+    _, _, path = exported
+    records = tf.data.TFRecordDataset(os.path.join(path, "assets.extra", WARMUP_FILE))
+    requests = []
+    for record in records:
+        request = prediction_log_pb2.PredictionLog.FromString(record.numpy()).predict_log.request
+        given = {k: tf.make_ndarray(v).tolist() for k, v in request.inputs.items()}
+        given = {
+            k: [x.decode("latin-1") for x in v]  # the client's way to send bytes
+            if v and isinstance(v[0], bytes) else v
+            for k, v in given.items()
+        }  # fmt: skip
+        inputs = given.pop("inputs")
+        requests.append(
+            {"signature": request.model_spec.signature_name, "inputs": inputs, "options": given}
+        )
+    session = tf1_session(path, requests)
+    names = [r["signature"] for r in requests]
+    served = sorted(name for name in session["signatures"] if not name.startswith("__"))
+    assert sorted(names) == served == sorted(WARMUP_OPTIONS)
+    for request in requests:
+        expected = session["signatures"][request["signature"]]["inputs"]
+        assert sorted(["inputs", *request["options"]]) == expected
+    assert not any("error" in result for result in session["results"])
 
 
 def test_export_cli_names_a_bad_model_dir(tmp_path):
@@ -410,7 +487,8 @@ def test_export_cli_merges_models_config_and_says_what_it_wrote(exported, tmp_pa
     assert (
         "signature translate_with_options: (alpha float32[None], beam_size int32[None], "
         "inputs string[None], max_extra_length int32[None], num_hypotheses int32[None], "
-        "target_prefix string[None]) -> (outputs string[None, None], scores float32[None, None])"
+        "stop_rule string[None], target_prefix string[None]) -> (outputs string[None, None], "
+        "scores float32[None, None], truncated bool[None])"
     ) in out.stdout
     assert "signature serving_default: (inputs string[None]) -> (outputs string[None]" in (
         out.stdout
@@ -571,16 +649,19 @@ def test_every_signature_survives_server_side_batching(exported):
         if i == 0:  # N is the largest num_hypotheses of the (merged) request
             assert np.array(merged["outputs"]).shape == (5, 3)
             assert got_first["outputs"][1][2] == "" and got_first["scores"][1][2] == -np.inf
-            got_first = {k: [row[:2] for row in v] for k, v in got_first.items()}
+            got_first = {
+                k: [row[:2] for row in v] if k != "truncated" else v for k, v in got_first.items()
+            }
         if i == 3:  # padding to the merged request's longest sentence
-            got_first = {k: [row[: len(first[k][0])] for row in v] if k != "scores" else v
+            flat = ("scores", "truncated", "target_truncated")  # (B,): nothing to cut
+            got_first = {k: [row[: len(first[k][0])] for row in v] if k not in flat else v
                          for k, v in got_first.items()}  # fmt: skip
             got_first["attention"] = [
                 [r[: len(first["source_tokens"][0])] for r in m[: len(first["target_tokens"][0])]]
                 for m in got_first["attention"]
             ]
             got_second = {
-                k: [row[: len(second[k][0])] for row in v] if k != "scores" else v
+                k: [row[: len(second[k][0])] for row in v] if k not in flat else v
                 for k, v in got_second.items()
             }
             got_second["attention"] = [
@@ -610,7 +691,7 @@ def test_score_gives_the_search_its_own_score_and_aligns(exported):
     )["results"]
     model, tokenizer, _ = load_trained(run, average_last=AVERAGE_LAST)
     translator = Translator(model, tokenizer, beam_size=1, alpha=0.0, max_extra_length=10)
-    ids, _, _ = translator.search(tf.constant(source), 1)
+    ids, *_ = translator.search(tf.constant(source), 1)
     checked = 0
     for i, target in enumerate(targets):
         pieces = [p for p in scored["target_tokens"][i] if p]
@@ -629,7 +710,7 @@ def test_score_gives_the_search_its_own_score_and_aligns(exported):
     del checked  # the 30-step model's outputs rarely re-tokenize the same: ids checked below
     # the same at the level of ids, for every sentence: forced decoding of the search's own
     # tokens sums to the search's score
-    source_ids, _, _ = translator._encode_inputs(tf.constant(source))
+    source_ids, *_ = translator._encode_inputs(tf.constant(source))
     for i in range(len(source)):
         tokens = ids[i, 0].numpy().tolist()
         tokens = tokens[: tokens.index(EOS_ID) + 1]
@@ -782,3 +863,31 @@ def test_tokenization_is_pinned_to_the_cpu_in_the_graph(exported):
     assert all("CPU:0" in n.device for n in found), {(n.op, n.device) for n in found}
     resources = [n.resource for n in meta.object_graph_def.nodes if n.HasField("resource")]
     assert resources and all("CPU:0" in r.device for r in resources), resources
+
+
+def test_commands_report_the_inputs_cut_on_stderr(exported, tmp_path):
+    """A 700-word line does not fit the model's 64 positions: kt-translate, kt-evaluate and
+    kt-score say how many inputs were cut (one line on stderr), and kt-evaluate's JSON too."""
+    _, _, path = exported
+    src = tmp_path / "in.txt"
+    src.write_text("\n".join([*SENTENCES, " ".join(["word"] * 700)]) + "\n")
+    n = len(SENTENCES) + 1
+    note = f"warning: 1 of {n} inputs were longer than the export's limit"
+    out = run_module("-m", "keras_transformer.cli.translate", "--model", path, "--input", str(src))
+    assert out.returncode == 0 and f"kt-translate: {note}" in out.stderr
+    assert len(out.stdout.splitlines()) == n
+    out = run_module(
+        "-m", "keras_transformer.cli.evaluate", "--model", path, "--src", str(src),
+        "--ref", str(src), "--beam-size", "1",
+    )  # fmt: skip
+    assert out.returncode == 0 and f"kt-evaluate: {note}" in out.stderr
+    assert json.loads(out.stdout)["truncated_inputs"] == 1
+    out = run_module(
+        "-m", "keras_transformer.cli.score", "--model", path, "--src", str(src), "--tgt", str(src)
+    )
+    assert out.returncode == 0
+    assert f"kt-score: warning: 1 of {n} sources were longer" in out.stderr
+    # without a long input, no note
+    src.write_text("\n".join(SENTENCES) + "\n")
+    out = run_module("-m", "keras_transformer.cli.translate", "--model", path, "--input", str(src))
+    assert out.returncode == 0 and "warning" not in out.stderr

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from keras_transformer.inference import search
 from keras_transformer.inference.search import beam_search, length_penalty, sample
 from tests.inference import reference
 
@@ -249,13 +250,17 @@ def test_min_length_keeps_eos_out_until_then_without_renormalizing(beam_size):
         assert float(scores[0]) == pytest.approx(score, abs=1e-4)
 
 
-def reference_beam(log_probs, k, alpha, length, vocab, window):
+def reference_beam(log_probs, k, alpha, length, vocab, window, stop=None, num_best=None):
     """The rule of tensor2tensor's and Model Garden's beam search, written out over a
     vocabulary small enough to list: every step ranks the 2K best extensions of the alive
     beams; an eos among the first `window` of them enters the finished pool, the K best
-    others stay alive; no early stop (it never changes the result). (score, tokens) best first.
+    others stay alive; no early stop by default (the exact one never changes the result).
+    `stop`: "finished" ends the search once K eos have been counted among the first K of the
+    steps' candidates, "top" once the first candidate of a step was eos and `num_best`
+    hypotheses have finished (CTranslate2's rules). (score, tokens) best first.
     """
     alive, finished = [((), 0.0)], []
+    counted, top_finished = 0, False
     for step in range(length):
         candidates = []
         for seq, lp in alive:
@@ -268,6 +273,12 @@ def reference_beam(log_probs, k, alpha, length, vocab, window):
             (lp / penalty, seq) for i, (seq, lp) in enumerate(top[:window]) if seq[-1] == EOS
         ]
         alive = [c for c in top if c[0][-1] != EOS][:k]
+        counted += sum(seq[-1] == EOS for seq, _ in top[:k])
+        top_finished = top_finished or top[0][0][-1] == EOS
+        if stop == "finished" and counted >= k:
+            break
+        if stop == "top" and top_finished and len(finished) >= num_best:
+            break
     return sorted(finished, reverse=True)[:k]
 
 
@@ -416,13 +427,16 @@ def test_sample_depends_only_on_the_sentence_and_its_seed():
 
 def test_sample_draws_from_the_tempered_truncated_distribution():
     """First tokens over 3,000 seeds: their frequencies follow softmax(logits / T) over the
-    top_k tokens (renormalized), and top_p keeps the smallest set reaching p."""
+    top_k tokens (renormalized), and top_p keeps the smallest set reaching p of what top_k
+    kept, renormalized (Hugging Face's and fairseq's order): at T 2, top_k 3, top_p 0.8 the
+    three tokens hold 0.37 + 0.26 + 0.13 of the whole distribution, 0.49 + 0.34 + 0.17 of
+    theirs, so two are kept (over the whole distribution, 0.63 < 0.8 would keep three)."""
     table, bias, run = sample_table(1)
     n = 3000
     rows = [0] * n
     logits = table[BOS, BOS] + bias[0]
     order = np.argsort(-logits)
-    for temperature, top_k, top_p in [(1.0, 0, 1.0), (0.5, 3, 1.0), (2.0, 0, 0.6)]:
+    for temperature, top_k, top_p in [(1.0, 0, 1.0), (0.5, 3, 1.0), (2.0, 0, 0.6), (2.0, 3, 0.8)]:
         options = sampling_options(n, temperature, top_k, top_p)
         options["seed"] = tf.range(n, dtype=tf.int64)
         seqs, _ = run(rows, options, lengths=1 + 1)
@@ -432,12 +446,15 @@ def test_sample_draws_from_the_tempered_truncated_distribution():
         if top_k:
             keep[top_k:] = False
         if top_p < 1:
-            keep &= np.concatenate([[0.0], np.cumsum(probs)[:-1]]) < top_p
+            kept = np.where(keep, probs, 0.0) / probs[keep].sum()
+            keep &= np.concatenate([[0.0], np.cumsum(kept)[:-1]]) < top_p
         expected = np.zeros(V)
         expected[order[keep]] = probs[keep] / probs[keep].sum()
         counts = np.bincount(seqs.numpy()[:, 0], minlength=V) / n
         np.testing.assert_allclose(counts, expected, atol=0.03)
         assert not counts[order[~keep]].any()
+        if top_k and top_p < 1:
+            assert keep.sum() == 2
 
 
 def test_sample_keeps_eos_out_until_min_length_without_renormalizing():
@@ -578,3 +595,82 @@ def test_settled_sentences_leave_the_batch(beam_size):
     beam_search(step_fn, tf.fill([5], BOS), cache, max_lengths, EOS, beam_size=beam_size)
     live = [int((max_lengths > step).sum()) for step in range(max_lengths.max())]
     assert seen == [(beam_size * n, n) for n in live]
+
+
+@pytest.mark.parametrize(
+    "rule, alpha, num_best",
+    [("finished", 0.6, None), ("finished", 0.0, None), ("top", 0.6, 1), ("top", 0.6, 3),
+     ("top", 1.5, 1)],
+)  # fmt: skip
+def test_stop_rules_give_the_reference_rules_result(rule, alpha, num_best):
+    """Against the plain-Python search with CTranslate2's rule (`reference_beam(stop=...)`),
+    K = 3, 16 random models: the search's n best (ids and scores) are the reference's (it
+    stops at the earlier of the exact bound and the rule, and the exact bound never changes
+    the n best); it never runs more steps than the exact rule, and on some models the rule
+    gives another n-best list than the exact one (so the rule is not the exact rule)."""
+    vocab, length, k = 5, 7, 3
+    n = k if num_best is None else num_best
+    code = search.stop_rule_code(rule)
+    differs = fewer_steps = 0
+    for seed in range(16):
+        rng = np.random.default_rng(seed)
+        table = rng.normal(scale=2.0, size=(vocab, vocab, vocab)).astype(np.float32)
+        bias = rng.normal(size=(vocab,)).astype(np.float32)
+        bias[EOS] += rng.uniform(-1.0, 1.0)
+        fn = table_log_probs(table, bias)
+        expected = reference_beam(fn, k, alpha, length, vocab, 2 * k, stop=rule, num_best=n)
+        exact = reference_beam(fn, k, alpha, length, vocab, 2 * k)
+        differs += expected[:n] != exact[:n]
+        results = {}
+        for stop_rule in (search.STOP_EXACT, code):
+            cache = {
+                "decoder": {"prev": tf.constant([BOS])},
+                "sentence": {"bias": tf.constant([bias])},
+            }
+            step_fn, calls = counting(second_order_step_fn(table))
+            seqs, scores = beam_search(
+                step_fn, tf.constant([BOS]), cache, tf.constant([length]), EOS, beam_size=k,
+                alpha=alpha, num_best=num_best, stop_rule=stop_rule,
+            )  # fmt: skip
+            results[stop_rule] = seqs[0].numpy(), scores[0].numpy(), len(calls)
+        seqs, scores, steps = results[code]
+        for (score, tokens), got_seq, got_score in zip(expected[:n], seqs, scores):
+            assert tuple(got_seq[: len(tokens)]) == tokens, f"{seed=}"
+            assert float(got_score) == pytest.approx(score, abs=1e-4)
+        assert steps <= results[search.STOP_EXACT][2]
+        fewer_steps += steps < results[search.STOP_EXACT][2]
+    assert fewer_steps >= 1
+    # at n = 1 and alpha > 0 "top" rarely differs on random models: see the next test
+    assert differs >= 1 or (rule, n) == ("top", 1)
+
+
+def test_top_rule_stops_at_a_best_candidate_eos_the_exact_rule_would_beat():
+    """[eos] (0.51) is the best candidate of step 0, [A eos] (0.49) scores higher at alpha
+    1.5 (log 0.49 / (7/6)^1.5 > log 0.51): the exact rule finds it, "top" stops at step 0 with
+    [eos], "finished" (K = 1) too, as CTranslate2 would."""
+    probs = np.full((V, V), 1e-9)
+    probs[BOS, [EOS, A]] = [0.51, 0.49]
+    probs[A, EOS] = 1.0
+    got = {}
+    for rule in range(3):
+        step_fn, calls = counting(table_step_fn(probs))
+        seqs, scores = beam_search(
+            step_fn, tf.constant([BOS]), {}, tf.constant([5]), EOS, beam_size=1, alpha=1.5,
+            stop_rule=rule,
+        )  # fmt: skip
+        got[rule] = list(seqs[0, 0].numpy()[:2]), len(calls)
+    assert got[search.STOP_EXACT] == ([A, EOS], 2)
+    assert got[search.STOP_TOP] == got[search.STOP_FINISHED] == ([EOS, 0], 1)
+
+
+def test_stop_rules_per_sentence_give_each_sentence_its_own_result():
+    """A batch mixing the three rules (and beam sizes, alphas) per sentence: each sentence
+    gets what it gets alone with its rule."""
+    search_fn, beams, _ = random_search(5, 0.6, 4)
+    rules = np.array([0, 1, 2, 1, 0, 2, 2, 1, 0, 1], np.int32)
+    batch_seqs, batch_scores, _ = search_fn(stop_rule=tf.constant(rules))
+    for rule in range(3):
+        seqs, scores, _ = search_fn(stop_rule=rule)
+        for i in np.flatnonzero(rules == rule):
+            np.testing.assert_array_equal(batch_seqs[i], seqs[i])
+            np.testing.assert_allclose(batch_scores[i], scores[i], atol=1e-6)

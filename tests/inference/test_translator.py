@@ -103,12 +103,12 @@ def test_min_length_tokens_come_before_eos(trained, min_length):
     kwargs = {} if min_length is None else {"min_length": min_length}
     translator = Translator(EosFirst(model), tokenizer, **kwargs)
     expected = config.MIN_LENGTH if min_length is None else min_length
-    ids, _, _ = translator.search(tf.constant(SENTENCES), 2)
+    ids, *_ = translator.search(tf.constant(SENTENCES), 2)
     first_eos = np.argmax(ids.numpy() == EOS_ID, axis=-1)  # (B, K)
     assert np.all(first_eos[:, 0] == expected) and np.all(first_eos >= expected)
     outputs = translator(tf.constant(SENTENCES))["outputs"].numpy()
     assert [bool(text) for text in outputs] == [expected > 0] * len(SENTENCES)
-    ids, _, _ = translator.search(tf.constant(SENTENCES), 2, prefix=tf.fill([4], "Ein"))
+    ids, *_ = translator.search(tf.constant(SENTENCES), 2, prefix=tf.fill([4], "Ein"))
     prefix_length = int(tf.size(tokenizer.tokenize(tf.constant(["Ein"]))[0]))
     first_eos = [np.flatnonzero(h == EOS_ID)[0] for h in ids[:, 0].numpy()]
     assert first_eos == [max(expected, prefix_length)] * len(SENTENCES)
@@ -166,7 +166,7 @@ def test_the_search_stops_once_the_hypotheses_kept_are_settled(trained):
 def test_eos_lands_at_input_length_plus_extra(trained, extra):
     model, tokenizer = trained
     translator = Translator(NeverEnds(model), tokenizer, max_extra_length=extra)
-    ids, _, _ = translator.search(tf.constant(SENTENCES), 3)
+    ids, *_ = translator.search(tf.constant(SENTENCES), 3)
     for i, sentence in enumerate(SENTENCES):
         source_len = int(tf.size(tokenizer.tokenize(tf.constant([sentence]))[0])) + 1  # + eos
         for hypothesis in ids[i].numpy():
@@ -175,7 +175,7 @@ def test_eos_lands_at_input_length_plus_extra(trained, extra):
             assert not hypothesis[eos[0] + 1 :].any()
 
 
-def vectors(beam_size, alpha, max_extra_length, num_hypotheses, prefix=""):
+def vectors(beam_size, alpha, max_extra_length, num_hypotheses, prefix="", stop_rule=""):
     """translate_with_options' per-sentence inputs, the same for every sentence."""
     n = len(SENTENCES)
     return (
@@ -184,12 +184,13 @@ def vectors(beam_size, alpha, max_extra_length, num_hypotheses, prefix=""):
         tf.fill([n], max_extra_length),
         tf.fill([n], num_hypotheses),
         tf.fill([n], prefix),
+        tf.fill([n], stop_rule),
     )
 
 
 def test_beam_one_is_greedy_search(trained, translator):
     model, tokenizer = trained
-    source, _, empty = translator._encode_inputs(tf.constant(SENTENCES))
+    source, _, empty, _ = translator._encode_inputs(tf.constant(SENTENCES))
     lengths = tf.reduce_sum(tf.cast(source > 0, tf.int32), 1) + 7
     greedy, _ = reference.model_greedy(
         model, source, lengths.numpy(), BOS_ID, EOS_ID, min_length=config.MIN_LENGTH + 1
@@ -215,11 +216,11 @@ def test_a_sentence_keeping_n_hypotheses_gets_the_n_best_of_the_full_list(transl
     after them; with a prefix too."""
     sentences = tf.constant(SENTENCES)
     n = np.array([1, 2, 3, 4], np.int32)
-    beam, alpha, extra, _, _ = vectors(4, 0.6, 10, 1)
+    beam, alpha, extra, _, _, rules = vectors(4, 0.6, 10, 1)
     for prefix in ("", "Ein"):
         full = translator.translate_with_options(sentences, *vectors(4, 0.6, 10, 4, prefix))
         got = translator.translate_with_options(
-            sentences, beam, alpha, extra, tf.constant(n), tf.fill([4], prefix)
+            sentences, beam, alpha, extra, tf.constant(n), tf.fill([4], prefix), rules
         )
         for i, k in enumerate(n):
             np.testing.assert_array_equal(got["outputs"][i, :k], full["outputs"][i, :k])
@@ -251,7 +252,7 @@ def test_beams_reordered_by_their_slots_equal_caches_copied_and_gathered(trained
     per-beam cache (the sentence cache copied K times) that is reordered by a gather after
     every step, as beam search would, with random parents within each sentence."""
     model, _ = trained
-    source, _, _ = translator._encode_inputs(tf.constant(SENTENCES))
+    source, *_ = translator._encode_inputs(tf.constant(SENTENCES))
     cache = model.init_cache(model.encode(source), source)
     k, batch = 3, len(SENTENCES)
     rng = np.random.default_rng(0)
@@ -276,3 +277,56 @@ def test_beams_reordered_by_their_slots_equal_caches_copied_and_gathered(trained
             "sentence": reorder(copied["sentence"]),
         }
         shared = {**shared, "rows": reorder(shared["rows"])}
+
+
+def test_every_signature_says_which_inputs_were_cut(trained):
+    """max_input_length 6 (eos included): the inputs of more than 5 pieces are cut, and
+    every signature's "truncated" says which; score's "target_truncated" says which targets
+    did not fit the positions (learned positions only: none here)."""
+    model, tokenizer = trained
+    translator = Translator(model, tokenizer, max_input_length=6, max_extra_length=3)
+    inputs = tf.constant(SENTENCES)
+    pieces = tokenizer.tokenize(inputs).row_lengths().numpy()
+    expected = pieces > 5
+    assert expected.any() and not expected.all()
+    n = len(SENTENCES)
+    outputs = {
+        "serving_default": translator(inputs),
+        "translate_nbest": translator.translate_nbest(inputs),
+        "translate_with_options": translator.translate_with_options(inputs, *vectors(2, 0.6, 3, 1)),
+        "score": translator.score(inputs, inputs),
+        "sample": translator.sample(
+            inputs, tf.fill([n], 1.0), tf.fill([n], 0), tf.fill([n], 1.0),
+            tf.zeros([n], tf.int64),
+        ),
+    }  # fmt: skip
+    for name, out in outputs.items():
+        np.testing.assert_array_equal(out["truncated"], expected, err_msg=name)
+    assert not outputs["score"]["target_truncated"].numpy().any()
+    # the model's own limit cuts none of these
+    assert not Translator(model, tokenizer)(inputs)["truncated"].numpy().any()
+
+
+def test_stop_rule_per_sentence_matches_a_translator_built_with_it(trained, translator):
+    """translate_with_options' stop_rule ("" = the constructor's) gives each sentence what a
+    translator built with that rule gives it; an unknown name is an InvalidArgument error."""
+    model, tokenizer = trained
+    inputs = tf.constant(SENTENCES)
+    rules = ["", "finished", "top", "exact"]
+    beam, alpha, extra, num, prefix, _ = vectors(3, 0.6, 10, 2)
+    got = translator.translate_with_options(
+        inputs, beam, alpha, extra, num, prefix, tf.constant(rules)
+    )
+    for i, rule in enumerate(rules):
+        built = Translator(
+            model, tokenizer, beam_size=3, max_extra_length=10, stop_rule=rule or "exact"
+        )
+        expected = built.translate_with_options(inputs, *vectors(3, 0.6, 10, 2))
+        np.testing.assert_array_equal(got["outputs"][i], expected["outputs"][i])
+        np.testing.assert_allclose(got["scores"][i], expected["scores"][i], atol=1e-5)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="input stop_rule must be one of"):
+        translator.translate_with_options(
+            inputs, beam, alpha, extra, num, prefix, tf.fill([len(SENTENCES)], "fast")
+        )
+    with pytest.raises(DecodingOptionsError, match="^stop_rule must be one of"):
+        Translator(model, tokenizer, stop_rule="fast")

@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer.inference.export import AVERAGE_LAST, export_translator
+from keras_transformer.inference.agreement import REPORT_FILE
+from keras_transformer.inference.export import AVERAGE_LAST, export_run, export_translator
 from keras_transformer.inference.translator import Translator
-from keras_transformer.run_dir import load_trained
+from keras_transformer.run_dir import Run, load_trained
 from tests.run_fixture import make_run
 
 SENTENCES = [
@@ -43,17 +44,21 @@ def with_options(n):
         max_extra_length=tf.constant([10, 3, 7, 10, 5][:n]),
         num_hypotheses=tf.constant([2, 1, 3, 1, 4][:n]),
         target_prefix=tf.constant(["Ein", "", "Zwei Hunde", "", "Ein Mann"][:n]),
+        stop_rule=tf.constant(["", "finished", "top", "exact", "top"][:n]),
     )
 
 
 def assert_same(got, expected):
     np.testing.assert_array_equal(got["outputs"].numpy(), expected["outputs"].numpy())
+    np.testing.assert_array_equal(got["truncated"].numpy(), expected["truncated"].numpy())
     np.testing.assert_allclose(got["scores"].numpy(), expected["scores"].numpy(), atol=1e-4)
 
 
 def test_every_search_signature_equals_the_default_search(translators):
     plain, xla = translators
-    inputs = tf.constant(SENTENCES)
+    # the second and the last are cut to max_input_length tokens: truncated
+    inputs = tf.constant([*SENTENCES[:-1], " ".join(["Two dogs play in the snow."] * 4)])
+    assert xla(inputs)["truncated"].numpy().tolist() == [False, True, False, False, True]
     assert_same(xla(inputs), plain(inputs))
     assert_same(xla.translate_nbest(inputs), plain.translate_nbest(inputs))
     assert_same(
@@ -208,3 +213,27 @@ def test_docker_compose_serves_xla_exports_with_the_flags_they_need():
         assert "--enable_model_warmup=true" in service["command"]
     image = services["tfserving-gpu"]["image"]
     assert image.endswith("-gpu") and "latest" not in image  # pinned
+
+
+@pytest.mark.slow
+def test_the_agreement_report_compares_the_xla_export_with_the_reference(
+    tmp_path_factory, multi30k_dir
+):
+    """export_run(xla=True): the report compares the SavedModel as written (compiled by XLA
+    when loaded) with the reference search, and says the export is an XLA one."""
+    run = make_run(str(tmp_path_factory.mktemp("agreement") / "run"), multi30k_dir)
+    config = Run(run).read_config()
+    config["training"] = {
+        "dataset": "multi30k", "src_lang": "en", "tgt_lang": "de", "data_dir": multi30k_dir,
+    }  # fmt: skip
+    Run(run).write_config(config)
+    path = export_run(
+        run, str(tmp_path_factory.mktemp("exports")), max_extra_length=10, xla=True,
+        xla_max_batch=1, agreement_sentences=8,
+    )  # fmt: skip
+    assert is_compiled_by_xla(path)
+    with open(os.path.join(path, "assets.extra", REPORT_FILE)) as handle:
+        report = json.load(handle)
+    assert report["export"]["xla"] is True and report["is_reference"] is False
+    assert report["sentences"] == 8 and report["identical"] == 8
+    assert report["bleu"]["delta"] == 0

@@ -49,6 +49,32 @@ def test_table_search_equals_the_default_search(beam_size, alpha, graph, jit):
     np.testing.assert_allclose(got[1].numpy(), expected[1].numpy(), rtol=1e-5, atol=1e-5)
 
 
+def test_stop_rules_per_sentence_equal_the_default_search():
+    """search.beam_search's stop rules (STOP_FINISHED, STOP_TOP), one per sentence: the same
+    results, and a rule changes some sentence's result (so the comparison can tell)."""
+    step_fn, cache, max_lengths = table_case()
+    bos = tf.fill([7], BOS)
+    segmented = SegmentedSearch(step_fn, EOS, initial_capacity=2)
+    options = dict(beam_size=4, alpha=tf.constant([0.0, 0.6, 1.5, 0.6, 0.0, 1.0, 0.6]))
+    exact = search.beam_search(step_fn, bos, cache, max_lengths, EOS, **options)
+    changed = set()
+    for rules in (
+        [search.STOP_FINISHED] * 7,
+        [search.STOP_TOP] * 7,
+        [search.STOP_TOP, search.STOP_EXACT, search.STOP_FINISHED, search.STOP_TOP,
+         search.STOP_FINISHED, search.STOP_EXACT, search.STOP_TOP],
+    ):  # fmt: skip
+        rule = tf.constant(rules)
+        expected = search.beam_search(step_fn, bos, cache, max_lengths, EOS, stop_rule=rule,
+                                      **options)  # fmt: skip
+        got = segmented.beam_search(bos, cache, max_lengths, stop_rule=rule, **options)
+        np.testing.assert_array_equal(got[0].numpy(), expected[0].numpy())
+        np.testing.assert_allclose(got[1].numpy(), expected[1].numpy(), rtol=1e-5, atol=1e-5)
+        differs = (expected[0].numpy() != exact[0].numpy()).any(axis=(1, 2))
+        changed |= {(rules[i], i) for i in np.flatnonzero(differs)}
+    assert changed
+
+
 def test_exhaustive_search_and_empty_batch():
     step_fn, cache, max_lengths = table_case()
     bos = tf.fill([7], BOS)

@@ -145,3 +145,61 @@ def test_metrics_after_a_resume_hold_each_event_once(tmp_path):
     model.optimizer.iterations.assign(3)
     resumed.on_train_batch_end(0, {"loss": 1.0})
     assert [r["step"] for r in run.read_metrics()] == [1, 2, 3]
+
+
+def test_an_epochs_last_batch_is_saved_after_the_epoch_end_work(tmp_path):
+    """A --checkpoint-every step that ends an epoch is saved at the epoch's end (after
+    validation, BLEU, best/ and patience), not at its batch end before that work; any other
+    such step at its batch end."""
+    model = compiled_model()
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), str(tmp_path), 3)
+    saver = cb.CheckpointEvery(
+        manager, cb.StepState(model), every=5, guard=cb.NonFiniteLossGuard(None)
+    )
+    saver.set_model(model)
+    saver.set_params({"steps": 10, "epochs": 1, "verbose": 0})
+    model.optimizer.iterations.assign(5)
+    saver.on_train_batch_end(4)  # mid-epoch: saved now
+    assert manager.latest_checkpoint.endswith("ckpt-5")
+    model.optimizer.iterations.assign(10)
+    saver.on_train_batch_end(9)  # the epoch's last batch: not yet
+    assert manager.latest_checkpoint.endswith("ckpt-5")
+    saver.on_epoch_end(0)
+    assert manager.latest_checkpoint.endswith("ckpt-10")
+
+
+def test_a_best_newer_than_the_restored_checkpoint_is_redone(tmp_path):
+    """Killed after best/ was saved at step 4 but before the checkpoint of step 4: the run
+    resumed at step 2 leaves that best/ out (it evaluates step 4 again, with the same weights
+    and so the same score, and the same patience)."""
+    model = compiled_model()
+    run, first = bleu_callback(model, tmp_path, [30.0])
+    model.optimizer.iterations.assign(4)
+    first.on_train_batch_end(0)
+    run, resumed = bleu_callback(model, tmp_path, [30.0])
+    resumed.restore_best(run, step=2)
+    assert float(resumed.progress.best.numpy()) == -1.0
+    resumed.on_train_batch_end(0)  # step 4 again
+    assert float(resumed.progress.best.numpy()) == 30.0
+    assert int(resumed.progress.bad_evals.numpy()) == 0
+    assert run.checkpoints(best=True)[-1].endswith("ckpt-4")
+
+
+def test_a_resume_drops_the_tensorboard_events_past_its_step(tmp_path):
+    """Events written past the restored step (and a last record the kill cut short) leave
+    the event files; the ones up to the step stay."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    folder = tmp_path / "logs" / "train"
+    writer = tf.summary.create_file_writer(str(folder))
+    with writer.as_default():
+        for step in range(5, 31, 5):
+            tf.summary.scalar("loss", float(step), step=step)
+    writer.close()
+    (path,) = folder.iterdir()
+    with open(path, "ab") as handle:
+        handle.write(b"\x10\x00\x00")  # half a record
+    cb.truncate_events(str(folder), 20)
+    accumulator = EventAccumulator(str(folder))
+    accumulator.Reload()
+    assert [e.step for e in accumulator.Tensors("loss")] == [5, 10, 15, 20]

@@ -3,8 +3,9 @@
 import pytest
 
 from keras_transformer.data import SubwordTokenizer, load_parallel, train_sentencepiece
-from keras_transformer.training.args import TrainArgs, resolve
+from keras_transformer.training.args import TrainArgs
 from keras_transformer.training.preparation import count_batches
+from keras_transformer.training.recipe import resolve
 from tests.data import tfds_fixture
 
 
@@ -48,3 +49,25 @@ def test_a_small_tfds_corpus_gets_the_small_corpus_recipe(corpora):
         0.8,
         20 * from_tfds.steps_per_epoch,
     )
+
+
+def test_steps_per_epoch_are_counted_on_the_pass_order(tmp_path):
+    """A corpus of a short half then a long half: the count on a sample of the first pass's
+    order (pieces over the whole corpus) is near the full count; a sample in storage order
+    (short sentences only) would count about half as many batches."""
+    short = [(f"a dog {i} .", f"ein Hund {i} .") for i in range(1000)]
+    long = [
+        (f"a dog {i} runs over the green grass near the old red house by the river .",
+         f"ein Hund {i} rennt über das grüne Gras nahe dem alten roten Haus am Fluss .")
+        for i in range(1000)
+    ]  # fmt: skip
+    paths = []
+    for side, name in ((0, "train.en"), (1, "train.de")):
+        paths.append(str(tmp_path / name))
+        with open(paths[-1], "w", encoding="utf-8") as handle:
+            handle.writelines(pair[side] + "\n" for pair in short + long)
+    corpus = load_parallel("files", "train", "en", "de", files=tuple(paths))
+    tokenizer = SubwordTokenizer(train_sentencepiece([s for p in short + long for s in p], 300))
+    full = count_batches(corpus, tokenizer, 512, 64, sample=2000)
+    sampled = count_batches(corpus, tokenizer, 512, 64, sample=200)
+    assert abs(sampled - full) <= 0.2 * full, (sampled, full)

@@ -1,0 +1,183 @@
+"""Export formats and precisions, each checked against the reference: the agreement report,
+--dtype, --format ctranslate2, and the package never importing ctranslate2 otherwise."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_transformer.inference.agreement import REPORT_FILE
+from keras_transformer.inference.export import export_run
+from keras_transformer.run_dir import Run
+from tests.inference.test_export import ROOT, run_module, tf1_session
+from tests.run_fixture import make_run
+
+SENTENCES = 12
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, multi30k_dir):
+    """A small run whose config.json names its dataset (as train.py writes it)."""
+    base = tmp_path_factory.mktemp("formats")
+    path = make_run(str(base / "run"), multi30k_dir, steps=60)
+    config = Run(path).read_config()
+    config["training"] = {
+        "dataset": "multi30k", "src_lang": "en", "tgt_lang": "de", "data_dir": multi30k_dir,
+    }  # fmt: skip
+    Run(path).write_config(config)
+    return path
+
+
+def report_of(path):
+    with open(os.path.join(path, "assets.extra", REPORT_FILE)) as handle:
+        return json.load(handle)
+
+
+def test_the_default_export_reports_it_reproduces_the_reference(run, tmp_path, multi30k_dir):
+    """float32, exact rule: the SavedModel as written gives the in-process search's outputs
+    on the first validation sentences (all identical, BLEU delta 0), the report says so and
+    where the sentences came from; TF Serving's loader still loads the version directory."""
+    path = export_run(run, str(tmp_path), max_extra_length=10, agreement_sentences=SENTENCES)
+    report = report_of(path)
+    assert report["is_reference"] is True and report["sentences"] == SENTENCES
+    assert report["identical"] == SENTENCES and report["identical_share"] == 1.0
+    assert report["bleu"]["delta"] == 0 and report["chrf"]["delta"] == 0
+    assert report["data"] == f"the first {SENTENCES} pairs of multi30k validation en->de"
+    assert report["export"]["dtype"] == "float32" and report["export"]["stop_rule"] == "exact"
+    assert not os.path.exists(os.path.join(path, "variables", REPORT_FILE))
+    (result,) = tf1_session(path, [{"inputs": ["A dog runs."]}])["results"]
+    assert len(result["outputs"]) == 1
+    # without sentences the report says why
+    second = export_run(run, str(tmp_path), max_extra_length=10, agreement_sentences=0)
+    assert report_of(second) == {"sentences": 0, "skipped": "--agreement-sentences 0"}
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_reduced_precision_export_computes_in_it_and_reports_agreement(run, tmp_path, dtype):
+    """--dtype: the SavedModel's matmuls run in that dtype (its graph has them), scores stay
+    float32, and the report compares it with the float32 search (not the reference itself)."""
+    path = export_run(
+        run, str(tmp_path), max_extra_length=10, dtype=dtype, agreement_sentences=SENTENCES
+    )
+    report = report_of(path)
+    assert report["is_reference"] is False and report["export"]["dtype"] == dtype
+    assert report["sentences"] == SENTENCES and 0 <= report["identical"] <= SENTENCES
+    import tensorflow_text  # noqa: F401
+
+    loaded = tf.saved_model.load(path)
+    out = loaded.signatures["serving_default"](inputs=tf.constant(["A dog runs."]))
+    assert out["scores"].dtype == tf.float32
+    graph = loaded.signatures["serving_default"].graph.as_graph_def()
+    dtypes = set()
+    for function in graph.library.function:
+        for node in function.node_def:
+            if node.op in ("MatMul", "BatchMatMulV2", "BatchMatMulV3") and "T" in node.attr:
+                dtypes.add(tf.dtypes.as_dtype(node.attr["T"].type).name)
+    assert dtype in dtypes
+
+
+def test_stop_rule_is_an_export_option_and_the_report_compares_it(run, tmp_path):
+    path = export_run(
+        run, str(tmp_path), max_extra_length=10, stop_rule="top", agreement_sentences=SENTENCES
+    )
+    report = report_of(path)
+    assert report["export"]["stop_rule"] == "top" and report["is_reference"] is False
+    # the export's default, and "" per request, is its rule; a request may ask for another
+    requests = [
+        {"signature": "translate_with_options", "inputs": ["A man sleeps."], "options": {
+            "beam_size": [4], "alpha": [0.6], "max_extra_length": [10], "num_hypotheses": [1],
+            "target_prefix": [""], "stop_rule": [rule]}}
+        for rule in ("", "top", "exact")
+    ] + [{"inputs": ["A man sleeps."]}]  # fmt: skip
+    default, top, exact, serving = tf1_session(path, requests)["results"]
+    assert default == top and serving["outputs"] == [row[0] for row in top["outputs"]]
+    assert "error" not in exact
+    # kt-translate --stop-rule asks translate_with_options for it
+    src = tmp_path / "in.txt"
+    src.write_text("A man sleeps.\n")
+    out = run_module(
+        "-m", "keras_transformer.cli.translate", "--model", path, "--input", str(src),
+        "--stop-rule", "exact", "--max-extra-length", "10", check=True,
+    )  # fmt: skip
+    assert out.stdout.splitlines() == [row[0] for row in exact["outputs"]]
+
+
+def test_ctranslate2_export_equals_the_savedmodel_at_greedy(run, tmp_path):
+    """--format ctranslate2, float32, beam 1 and alpha 0 (the settings where both searches are
+    the same): its outputs on the validation sentences are the float32 search's (agreement
+    report: all identical), and the directory holds a CTranslate2 model and spm.model; an
+    int8 export loads and reports too (its agreement is what it is)."""
+    path = export_run(
+        run, str(tmp_path), beam_size=1, alpha=0.0, max_extra_length=10,
+        export_format="ctranslate2", agreement_sentences=SENTENCES,
+    )  # fmt: skip
+    for name in ("model.bin", "config.json", "shared_vocabulary.json", "spm.model"):
+        assert os.path.exists(os.path.join(path, name)), name
+    report = report_of(path)
+    assert report["export"]["format"] == "ctranslate2" and report["is_reference"] is False
+    assert report["identical"] == SENTENCES, report
+    assert not os.path.exists(os.path.join(str(tmp_path), "models.config"))
+    int8 = export_run(
+        run, str(tmp_path), max_extra_length=10, export_format="ctranslate2",
+        quantization="int8", agreement_sentences=4,
+    )  # fmt: skip
+    report = report_of(int8)
+    assert report["export"]["quantization"] == "int8" and report["sentences"] == 4
+
+
+def test_the_package_never_imports_ctranslate2_unless_asked():
+    """Every module of the package imported (the commands too), and a flag check of
+    kt-export with the SavedModel format: ctranslate2 stays unimported."""
+    code = (
+        "import pkgutil, sys, importlib, keras_transformer\n"
+        "for m in pkgutil.walk_packages(keras_transformer.__path__, 'keras_transformer.'):\n"
+        "    importlib.import_module(m.name)\n"
+        "from keras_transformer.cli import export\n"
+        "export.check_format(export.parse_args(['--model-dir', 'r', '--export-dir', 'e']))\n"
+        "assert 'ctranslate2' not in sys.modules, 'imported'\n"
+        "export.check_format(export.parse_args(['--model-dir', 'r', '--export-dir', 'e',"
+        " '--format', 'ctranslate2']))\n"
+        "assert 'ctranslate2' in sys.modules\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
+    )
+    assert out.stdout.strip() == "ok"
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--quantization", "int8"], "--quantization applies to --format ctranslate2 only"),
+        (["--format", "ctranslate2", "--dtype", "bfloat16"], "--dtype applies to --format"),
+        (["--agreement-sentences", "-1"], "--agreement-sentences must be >= 0 (0: skip), got -1"),
+    ],
+)
+def test_export_cli_names_a_bad_format_flag(tmp_path, flags, message):
+    out = run_module(
+        "export.py", "--model-dir", str(tmp_path), "--export-dir", str(tmp_path), *flags
+    )
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"export.py: error: {message}")
+    assert not os.listdir(tmp_path)
+
+
+def test_export_cli_prints_the_agreement(run, tmp_path):
+    out = run_module(
+        "export.py", "--model-dir", run, "--export-dir", str(tmp_path), "--max-extra-length",
+        "10", "--agreement-sentences", "4", "--dtype", "bfloat16", check=True,
+    )  # fmt: skip
+    path = os.path.join(str(tmp_path), "transformer", "1")
+    report = report_of(path)
+    line = (
+        f"{os.path.join(path, 'assets.extra', REPORT_FILE)}: {report['identical']} of 4 "
+        "outputs identical to the float32 exact-rule search's"
+    )
+    assert line in out.stdout
+    assert np.isfinite(report["bleu"]["delta"])

@@ -7,7 +7,6 @@ import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SHARED_DATA = os.path.join(os.path.dirname(REPO), "shared", "data")
 
 # Paths from the environment, resolved once against the directory pytest started in, so that
 # subprocesses and notebook kernels (which run elsewhere, e.g. in a tmp dir) see the same folder.
@@ -42,11 +41,21 @@ def _reset_policy():
 
 @pytest.fixture(scope="session")
 def multi30k_dir():
-    """The Multi30k files (absolute path): KT_DATA_DIR if set, else ../shared/data/multi30k."""
-    path = os.path.abspath(os.environ.get("KT_DATA_DIR") or SHARED_DATA)
+    """The Multi30k files (absolute path): $KT_DATA_DIR, or its multi30k/ folder.
+
+    The tests never download: without KT_DATA_DIR every test that needs the data fails with
+    one message saying what to set (CI sets it in .ci/run).
+    """
+    data_dir = os.environ.get("KT_DATA_DIR")
+    if not data_dir:
+        pytest.fail(
+            "KT_DATA_DIR is not set: point it at the directory holding multi30k/ "
+            "(train.en.gz, val.de.gz, ...); the tests never download the data"
+        )
+    path = os.path.abspath(data_dir)
     path = path if os.path.basename(path) == "multi30k" else os.path.join(path, "multi30k")
     if not os.path.exists(os.path.join(path, "train.en.gz")):
-        pytest.fail(f"Multi30k not found in {path}: set KT_DATA_DIR")
+        pytest.fail(f"Multi30k not found in {path}: point KT_DATA_DIR at the folder holding it")
     return path
 
 

@@ -47,9 +47,10 @@ def main(argv=None, prog: str = "kt-train") -> int:
 
     try:
         validate(args)
-        from keras_transformer.training.strategy import split_cpu
+        from keras_transformer.training.strategy import configure_devices, split_cpu
 
         split_cpu(args.cpu_devices)  # before anything starts TensorFlow's runtime
+        configure_devices(memory_growth=args.gpu_memory_growth, deterministic=args.deterministic)
         from keras_transformer.training.trainer import train
 
         train(args)

@@ -176,6 +176,23 @@ class TrainArgs:
     verbose: int | None = flag(
         None, "Keras fit verbosity", (0, 1, 2), auto="1 on a terminal, else 2"
     )
+    # -- clusters and devices (training.strategy, training.preemption) --
+    collective_timeout: float | None = flag(
+        None,
+        "--strategy multi_worker: seconds a collective may wait for a peer before the job "
+        "fails with DeadlineExceededError instead of hanging (TensorFlow starts a watch "
+        "thread per collective for it)",
+        auto="no timeout",
+    )
+    gpu_memory_growth: bool = flag(
+        False, "allocate GPU memory as needed instead of all of it at start (shared GPUs)"
+    )
+    deterministic: bool = flag(
+        False,
+        "op determinism on GPUs (tf.config.experimental.enable_op_determinism) and no "
+        "TensorFloat-32 matmuls: the same command gives the same weights on the same GPUs; "
+        "slower (CPU training is deterministic without it)",
+    )
 
 
 @dataclasses.dataclass
@@ -219,6 +236,11 @@ def validate(args: TrainArgs) -> None:
     if args.micro_batch_memory is not None and not args.micro_batch_memory > 0:
         raise ConfigError(
             f"--micro-batch-memory must be a positive number of GiB, got {args.micro_batch_memory!r}"
+        )
+    if args.collective_timeout is not None and not args.collective_timeout > 0:
+        raise ConfigError(
+            f"--collective-timeout must be a positive number of seconds, got "
+            f"{args.collective_timeout!r}"
         )
     if args.lr_scale is not None and not args.lr_scale > 0:
         raise ConfigError(f"--lr-scale must be positive, got {args.lr_scale!r}")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import os
 import sys
 
 import keras
@@ -24,6 +23,7 @@ from keras_transformer.training.args import (
     describe,
     validate,
 )
+from keras_transformer.training.preemption import PreemptionSave
 from keras_transformer.training.preparation import (
     check_tag_symbol,
     load_data,
@@ -38,12 +38,12 @@ from keras_transformer.training.summary import summarize
 def train(args: TrainArgs) -> dict:
     """Train (or resume) the run in `args.model_dir`; returns a summary dict."""
     validate(args)
-    strategy = make_strategy(args.strategy)  # first: collective ops are set up at startup
+    # first: collective ops are set up at startup
+    strategy = make_strategy(args.strategy, args.collective_timeout)
     keras.utils.set_random_seed(args.seed)  # before any tokenizer: it clears the kernel cache
-    chief = is_chief(strategy)
+    chief = is_chief(strategy)  # TensorFlow's chief; the other workers write nothing
     task = None if chief else _task_id(strategy)
     shared = Run(args.model_dir)  # the chief's directory: config.json, spm.model, checkpoints
-    own = shared if chief else Run(os.path.join(args.model_dir, f"worker_{task}"))
     train_data, valid = load_data(args)
     print(f"train: {train_data.report()}\nvalidation: {valid.report()}", flush=True)
     settings, tokenizer = settle(shared, args, train_data, task, strategy.num_replicas_in_sync)
@@ -54,11 +54,11 @@ def train(args: TrainArgs) -> dict:
     with strategy.scope():
         model = build_model(shared.model_config(), settings)
     guard = cb.NonFiniteLossGuard(None)
-    metrics = cb.MetricsLogger(own, cb.StepState(model), settings.log_every, chief)
+    metrics = cb.MetricsLogger(shared, cb.StepState(model), settings.log_every, chief)
     bleu = make_bleu_callback(settings, model, tokenizer, valid, shared, chief, strategy, metrics)
     bleu.guard = guard
     checkpoint = training_checkpoint(model, bleu)
-    manager = own.checkpoint_manager(checkpoint, max_to_keep=settings.keep_checkpoints)
+    manager = shared.checkpoint_manager(checkpoint, max_to_keep=settings.keep_checkpoints)
     guard.manager = manager
     if not restore(checkpoint, shared, manager, model, bleu, metrics) and settings.init_from:
         # a fine-tuned run without a checkpoint of its own starts from its source's weights
@@ -73,8 +73,11 @@ def train(args: TrainArgs) -> dict:
     subword = subword_sampler(tokenizer, settings.subword_alpha)  # training sentences only
     data_from = training_stream(train_data, tokenizer, settings, stats, subword)
     valid_batches = validation_batches(valid, tokenizer, settings)
-    callbacks = make_callbacks(settings, manager, model, guard, [metrics, bleu])
-    fit_to_step(model, data_from, valid_batches, callbacks, settings)
+    callbacks = make_callbacks(settings, manager, model, guard, [metrics, bleu], strategy, chief)
+    try:
+        fit_to_step(model, data_from, valid_batches, callbacks, settings)
+    finally:
+        callbacks[-1].close()  # the PreemptionSave
     report_dropped(stats, settings)
     return summarize(shared, settings, model, bleu)
 
@@ -225,15 +228,18 @@ def make_bleu_callback(settings, model, tokenizer, valid, shared: Run, chief, st
     )
 
 
-def make_callbacks(settings, manager, model, guard, evaluation: list) -> list:
+def make_callbacks(settings, manager, model, guard, evaluation: list, strategy, chief) -> list:
     """Keras runs callbacks in this order: a checkpoint taken at an evaluation step must
-    already hold that evaluation's best score."""
+    already hold that evaluation's best score. The chief alone saves checkpoints; after a
+    SIGTERM to any worker, every worker stops at the same batch, the chief saves there."""
     state = cb.StepState(model)
+    checkpoints = cb.CheckpointEvery(manager, state, settings.checkpoint_every, guard, chief)
     return [
         guard,
         *evaluation,
-        cb.CheckpointEvery(manager, state, settings.checkpoint_every, guard),
+        checkpoints,
         cb.StopAtStep(state, settings.train_steps),
+        PreemptionSave(strategy, lambda: int(model.data_position.numpy()), checkpoints.save),
     ]
 
 

@@ -1,10 +1,20 @@
-"""keras-transformer: the Transformer of "Attention Is All You Need" in TensorFlow/Keras."""
+"""keras-transformer-nmt: the Transformer of "Attention Is All You Need" in TensorFlow/Keras.
+
+The distribution is named keras-transformer-nmt: `keras-transformer` on the package index is an
+unrelated project that installs the same import package, `keras_transformer`. The version is
+`keras_transformer.__version__` (read here as text, without importing the package).
+"""
+
+import re
 
 from setuptools import find_packages, setup
 
+with open("keras_transformer/__init__.py", encoding="utf-8") as handle:
+    VERSION = re.search(r'^__version__ = "([^"]+)"', handle.read(), re.MULTILINE).group(1)
+
 setup(
-    name="keras-transformer",
-    version="0.1.0",
+    name="keras-transformer-nmt",
+    version=VERSION,
     description=(
         "The Transformer (Vaswani et al., 2017) as Keras layers: training with "
         "MirroredStrategy and mixed precision, beam search, SavedModel export for TF Serving."
@@ -13,6 +23,9 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10,<3.13",
     packages=find_packages(include=["keras_transformer", "keras_transformer.*"]),
+    # the console scripts' entry points: outside keras_transformer, so that a shadowing
+    # keras_transformer of another distribution gets a one-line error, not a traceback
+    py_modules=["keras_transformer_nmt"],
     install_requires=[
         # TensorFlow and TensorFlow Text must share a minor version (ops ABI).
         "tensorflow>=2.21,<2.22",
@@ -29,6 +42,7 @@ setup(
         "tensorboard>=2.21,<2.22",  # Keras TensorBoard callback (not pulled in by TF 2.21)
         # models.config is read and written through its protobuf message
         "tensorflow-serving-api>=2.21,<2.22",
+        "pyyaml>=6",  # kt-train --config FILE
     ],
     extras_require={
         "test": ["pytest>=8", "pytest-xdist>=3", "psutil>=5.9", "ruff>=0.6"],
@@ -40,11 +54,11 @@ setup(
     },
     entry_points={
         "console_scripts": [
-            "kt-train=keras_transformer.cli.train:main",
-            "kt-export=keras_transformer.cli.export:main",
-            "kt-translate=keras_transformer.cli.translate:main",
-            "kt-evaluate=keras_transformer.cli.evaluate:main",
-            "kt-score=keras_transformer.cli.score:main",
+            "kt-train=keras_transformer_nmt:train",
+            "kt-export=keras_transformer_nmt:export",
+            "kt-translate=keras_transformer_nmt:translate",
+            "kt-evaluate=keras_transformer_nmt:evaluate",
+            "kt-score=keras_transformer_nmt:score",
         ]
     },
 )

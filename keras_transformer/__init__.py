@@ -6,6 +6,11 @@ TensorFlow or Keras is already imported, they are all imported at once instead (
 nothing more), so that Keras knows every registered class: `keras.saving.load_model` of a
 `.keras` file finds `Transformer` and its layers. Otherwise touching any public name
 (e.g. `kt.Transformer`) registers them all.
+
+The distribution is `keras-transformer-nmt` (`pip install keras-transformer-nmt`, or `pip
+install -e .` in a checkout). PyPI's `keras-transformer` is an unrelated project that installs
+this same import package: when it is installed too, importing warns
+(`keras_transformer_nmt.other_distribution`).
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"  # setup.py reads it
 
 _EXPORTS = {
     "PRESETS": "keras_transformer.config",
@@ -59,6 +64,27 @@ def __getattr__(name: str):
 def __dir__():
     return sorted(set(globals()) | set(_EXPORTS))
 
+
+def _warn_other_distribution() -> None:
+    try:
+        from keras_transformer_nmt import other_distribution
+    except ImportError:  # the package without its distribution's launcher module
+        return
+    other = other_distribution()
+    if other is not None:
+        import warnings
+
+        warnings.warn(
+            f"keras-transformer {other[0]} is installed ({other[1]}): an unrelated package that installs "
+            "the same import package, keras_transformer, as keras-transformer-nmt (this one); "
+            "each shadows files of the other. Remove it: pip uninstall keras-transformer, then "
+            "pip install --force-reinstall keras-transformer-nmt (or pip install -e . in a "
+            "checkout)",
+            stacklevel=3,
+        )
+
+
+_warn_other_distribution()
 
 if "tensorflow" in sys.modules or "keras" in sys.modules:
     _import_all()

@@ -43,17 +43,17 @@ def parse_args(argv=None, prog: str = "kt-train"):
 def main(argv=None, prog: str = "kt-train") -> int:
     args = parse_args(argv, prog)  # no TensorFlow yet: --help and flag errors answer at once
     from keras_transformer.errors import KerasTransformerError
-    from keras_transformer.training.args import validate
+    from keras_transformer.training.plan import Plan
 
     try:
-        validate(args)
+        plan = Plan.of(args)  # checked once, corpus lists parsed once
         from keras_transformer.training.strategy import configure_devices, split_cpu
 
         split_cpu(args.cpu_devices)  # before anything starts TensorFlow's runtime
         configure_devices(memory_growth=args.gpu_memory_growth, deterministic=args.deterministic)
         from keras_transformer.training.trainer import train
 
-        train(args)
+        train(plan)
     except KerasTransformerError as err:
         print(f"{prog}: error: {err}", file=sys.stderr)
         return 2

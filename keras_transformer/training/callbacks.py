@@ -172,6 +172,18 @@ class MetricsLogger(keras.callbacks.Callback):
         self.write("epoch", logs)
 
 
+class BleuProgress(tf.Module):
+    """The best validation BLEU, its step and the evaluations without gain since: saved with
+    the training checkpoints (created before the callback that updates them, so that the
+    checkpoint, its manager and the callbacks that use the manager are built in order)."""
+
+    def __init__(self):
+        super().__init__(name="bleu_progress")
+        self.best = tf.Variable(-1.0, trainable=False, name="best_bleu")
+        self.best_step = tf.Variable(-1, dtype=tf.int64, trainable=False, name="best_step")
+        self.bad_evals = tf.Variable(0, dtype=tf.int64, trainable=False, name="bad_evals")
+
+
 class BleuEvaluation(keras.callbacks.Callback):
     """sacreBLEU on the validation set every `every` steps (and at each epoch end).
 
@@ -204,12 +216,14 @@ class BleuEvaluation(keras.callbacks.Callback):
         batch_size: int = 64,
         strategy: tf.distribute.Strategy | None = None,
         averaged=None,
+        guard: NonFiniteLossGuard | None = None,
+        progress: BleuProgress | None = None,
     ):
         super().__init__()
         self.averaged = averaged or contextlib.nullcontext
         self.translate_fn, self.sources, self.references = translate_fn, sources, references
         self.every, self.state, self.transformer = every, state, model
-        self.guard: NonFiniteLossGuard | None = None  # no evaluation after a NaN/Inf loss
+        self.guard = guard  # no evaluation after a NaN/Inf loss
         self.metrics, self.patience, self.batch_size = metrics, patience, batch_size
         self.strategy = strategy
         self.writer = (
@@ -217,10 +231,7 @@ class BleuEvaluation(keras.callbacks.Callback):
             if log_dir and translate_fn is not None
             else None
         )
-        self.progress = tf.Module(name="bleu_progress")
-        self.progress.best = tf.Variable(-1.0, trainable=False, name="best_bleu")
-        self.progress.best_step = tf.Variable(-1, dtype=tf.int64, trainable=False, name="best_step")
-        self.progress.bad_evals = tf.Variable(0, dtype=tf.int64, trainable=False, name="bad_evals")
+        self.progress = progress or BleuProgress()
         # best/ holds the weights and their own score, so a kill between a save there and the
         # next training checkpoint loses neither (restore_best takes the larger score)
         self.best_score = tf.Variable(-1.0, trainable=False, name="best_score")
@@ -323,6 +334,7 @@ def agree_any(strategy: tf.distribute.Strategy | None, flag: bool) -> bool:
 
 __all__ = [
     "BleuEvaluation",
+    "BleuProgress",
     "CheckpointEvery",
     "MetricsLogger",
     "NonFiniteLossGuard",

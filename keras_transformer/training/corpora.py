@@ -1,9 +1,11 @@
 """The training corpora of train.py's list flags (--dataset, --train-src/--train-tgt,
 --train-weights, --tag-corpus): which corpora, their sampling weights and which are tagged,
-each bad combination a ConfigError naming the flag."""
+each bad combination a ConfigError naming the flag. Parsed once (`parse_corpora`, called by
+`training.validation.validate`) into a `Corpora` that the plan carries."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import TYPE_CHECKING
 
@@ -18,8 +20,18 @@ def split_list(value: str | None) -> list[str]:
     return [] if value is None else [item.strip() for item in value.split(",")]
 
 
-def training_corpora(args: TrainArgs) -> list[tuple[str, tuple[str, str] | None]]:
-    """The training corpora of --dataset, in order: (kind, (source, target) files or None).
+@dataclasses.dataclass(frozen=True)
+class Corpora:
+    """The training corpora of --dataset, in order: (kind, (source, target) files or None);
+    their sampling weights (None: their sizes) and the 0-based indices of the tagged ones."""
+
+    sources: tuple[tuple[str, tuple[str, str] | None], ...]
+    weights: tuple[float, ...] | None = None
+    tagged: tuple[int, ...] = ()
+
+
+def parse_corpora(args: TrainArgs) -> Corpora:
+    """The training corpora of the list flags (`Corpora`).
 
     `files` in --dataset stands for every --train-src/--train-tgt pair, in order. Raises
     ConfigError naming the flag for lists that do not fit together, bad weights or tags.
@@ -47,7 +59,9 @@ def training_corpora(args: TrainArgs) -> list[tuple[str, tuple[str, str] | None]
         else:
             corpora.append((kind, (src[0], tgt[0]) if kind == "files" and src and tgt else None))
     check_weights_and_tags(args, len(corpora))
-    return corpora
+    weights = tuple(float(w) for w in split_list(args.train_weights)) or None
+    tagged = tuple(sorted({int(t) - 1 for t in split_list(args.tag_corpus)}))
+    return Corpora(tuple(corpora), weights, tagged)
 
 
 def check_weights_and_tags(args: TrainArgs, count: int) -> None:
@@ -77,10 +91,4 @@ def check_weights_and_tags(args: TrainArgs, count: int) -> None:
             )
 
 
-def corpus_weights(args: TrainArgs) -> list[float] | None:
-    return [float(w) for w in split_list(args.train_weights)] or None
-
-
-def tagged_corpora(args: TrainArgs) -> tuple[int, ...]:
-    """The 0-based indices of the tagged corpora."""
-    return tuple(sorted({int(t) - 1 for t in split_list(args.tag_corpus)}))
+__all__ = ["Corpora", "parse_corpora", "split_list"]

@@ -1,6 +1,6 @@
 """Before training: the data, the resolved settings and the tokenizer of a run.
 
-A new run resolves its automatic settings from the corpus (`args.resolve`), trains the
+A new run resolves its automatic settings from the corpus (`recipe.resolve`), trains the
 SentencePiece model and writes both to the run directory (the chief only); a resumed run reads
 them back and refuses flags that would change it.
 """
@@ -31,16 +31,17 @@ from keras_transformer.training.args import (
     ConfigError,
     TrainArgs,
     TrainSettings,
-    check_resume,
-    resolve,
 )
-from keras_transformer.training.corpora import corpus_weights, tagged_corpora, training_corpora
 from keras_transformer.training.fine_tune import Source
+from keras_transformer.training.plan import Plan
+from keras_transformer.training.recipe import resolve
+from keras_transformer.training.validation import check_resume
 
 
-def load_data(args: TrainArgs):
-    """(train, validation) from the --dataset flags: train a ParallelText, or a MixedText of
+def load_data(plan: Plan):
+    """(train, validation) from the plan's corpora: train a ParallelText, or a MixedText of
     several corpora; validation the first corpus's."""
+    args, corpora = plan.args, plan.corpora
 
     def load(kind: str, split: str, files):
         return load_parallel(
@@ -53,12 +54,12 @@ def load_data(args: TrainArgs):
             tfds_download=args.tfds_download,
         )
 
-    corpora = training_corpora(args)
-    train = [load(kind, "train", files) for kind, files in corpora]
-    valid = load(corpora[0][0], "validation", (args.valid_src, args.valid_tgt))
+    train = [load(kind, "train", files) for kind, files in corpora.sources]
+    valid = load(corpora.sources[0][0], "validation", (args.valid_src, args.valid_tgt))
     if len(train) == 1:
         return train[0], valid
-    return MixedText(train, corpus_weights(args), tagged_corpora(args)), valid
+    weights = list(corpora.weights) if corpora.weights else None
+    return MixedText(train, weights, corpora.tagged), valid
 
 
 def check_tag_symbol(tokenizer: SubwordTokenizer, settings: TrainSettings) -> None:
@@ -80,7 +81,7 @@ def settle(run_dir: Run, args: TrainArgs, train, task: int | None = None, replic
     `task` is the index of a non-chief worker (None for the chief): it waits for the chief's
     config.json. One that gives up leaves a note, and the chief, finding it once its own
     preparation is done, stops too instead of blocking in its first collective. `replicas`
-    (of the whole job) bounds the automatic micro-batch (`args.split_update`).
+    (of the whole job) bounds the automatic micro-batch (`recipe.split_update`).
     """
     if task is not None:
         wait_for(run_dir.path(CONFIG_FILE), args.worker_wait, run_dir.path(GAVE_UP.format(task)))

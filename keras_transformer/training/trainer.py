@@ -1,7 +1,13 @@
-"""`train(args)`: train or resume the run in `--model-dir`, as a short sequence of named stages."""
+"""`train(plan)`: train or resume the run in `--model-dir`, as a short sequence of named stages.
+
+Each part gets its collaborators when it is built: the BLEU bookkeeping (`cb.BleuProgress`)
+first, then the checkpoint that saves it, its manager, the NaN guard that names the manager's
+last checkpoint, and the BLEU callback that the guard silences.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 
@@ -16,13 +22,8 @@ from keras_transformer.optimization import paper_optimizer
 from keras_transformer.run_dir import LOG_DIR, Run
 from keras_transformer.training import callbacks as cb
 from keras_transformer.training import ema, fine_tune
-from keras_transformer.training.args import (
-    INITIAL_LOSS_SCALE,
-    TrainArgs,
-    TrainSettings,
-    describe,
-    validate,
-)
+from keras_transformer.training.args import INITIAL_LOSS_SCALE, TrainSettings, describe
+from keras_transformer.training.plan import Plan
 from keras_transformer.training.preemption import PreemptionSave
 from keras_transformer.training.preparation import (
     check_tag_symbol,
@@ -35,57 +36,74 @@ from keras_transformer.training.strategy import is_chief, make_strategy, set_pre
 from keras_transformer.training.summary import summarize
 
 
-def train(args: TrainArgs) -> dict:
-    """Train (or resume) the run in `args.model_dir`; returns a summary dict."""
-    validate(args)
-    # first: collective ops are set up at startup
-    strategy = make_strategy(args.strategy, args.collective_timeout)
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """Where this process trains: the strategy, whether it is the chief (TensorFlow's
+    answer) and the chief's run directory (config.json, spm.model, checkpoints, metrics),
+    which only the chief writes: every variable of a checkpoint is mirrored, the other
+    workers' copies would be dead files."""
+
+    strategy: tf.distribute.Strategy
+    chief: bool
+    shared: Run
+
+    @classmethod
+    def start(cls, model_dir: str, strategy_name: str, collective_timeout=None) -> Job:
+        # first: collective ops are set up at startup
+        strategy = make_strategy(strategy_name, collective_timeout)
+        return cls(strategy, is_chief(strategy), Run(model_dir))
+
+
+def train(plan: Plan) -> dict:
+    """Train (or resume) the run in `plan.args.model_dir`; returns a summary dict."""
+    args = plan.args
+    job = Job.start(args.model_dir, args.strategy, args.collective_timeout)
     keras.utils.set_random_seed(args.seed)  # before any tokenizer: it clears the kernel cache
-    chief = is_chief(strategy)  # TensorFlow's chief; the other workers write nothing
-    task = None if chief else _task_id(strategy)
-    shared = Run(args.model_dir)  # the chief's directory: config.json, spm.model, checkpoints
-    train_data, valid = load_data(args)
+    train_data, valid = load_data(plan)
     print(f"train: {train_data.report()}\nvalidation: {valid.report()}", flush=True)
-    settings, tokenizer = settle(shared, args, train_data, task, strategy.num_replicas_in_sync)
+    task = None if job.chief else _task_id(job.strategy)
+    replicas = job.strategy.num_replicas_in_sync
+    settings, tokenizer = settle(job.shared, args, train_data, task, replicas)
     print(f"settings (config.json):\n{describe(settings, args)}", flush=True)
     check_tag_symbol(tokenizer, settings)
     set_precision(settings.precision)
 
-    with strategy.scope():
-        model = build_model(shared.model_config(), settings)
-    guard = cb.NonFiniteLossGuard(None)
-    metrics = cb.MetricsLogger(shared, cb.StepState(model), settings.log_every, chief)
-    bleu = make_bleu_callback(settings, model, tokenizer, valid, shared, chief, strategy, metrics)
-    bleu.guard = guard
-    checkpoint = training_checkpoint(model, bleu)
-    manager = shared.checkpoint_manager(checkpoint, max_to_keep=settings.keep_checkpoints)
-    guard.manager = manager
-    if not restore(checkpoint, shared, manager, model, bleu, metrics) and settings.init_from:
+    with job.strategy.scope():
+        model = build_model(job.shared.model_config(), settings)
+    metrics = cb.MetricsLogger(job.shared, cb.StepState(model), settings.log_every, job.chief)
+    progress = cb.BleuProgress()
+    checkpoint = training_checkpoint(model, progress)
+    manager = job.shared.checkpoint_manager(checkpoint, max_to_keep=settings.keep_checkpoints)
+    guard = cb.NonFiniteLossGuard(manager)
+    bleu = make_bleu_callback(
+        job, settings, model, tokenizer, valid, metrics=metrics, guard=guard, progress=progress
+    )
+    if not restore(job.shared, checkpoint, model, bleu, metrics) and settings.init_from:
         # a fine-tuned run without a checkpoint of its own starts from its source's weights
         fine_tune.initialize(
-            model.transformer, shared.read_config()["init"], keep=seed_states(model.transformer)
+            model.transformer, job.shared.read_config()["init"], keep=seed_states(model.transformer)
         )
     if _step(model) >= settings.train_steps:
         print(f"already at step {_step(model)} >= --train-steps {settings.train_steps}", flush=True)
-        return summarize(shared, settings, model, bleu)
+        return summarize(job.shared, settings, model, bleu)
 
     stats = PipelineStats()
     subword = subword_sampler(tokenizer, settings.subword_alpha)  # training sentences only
     data_from = training_stream(train_data, tokenizer, settings, stats, subword)
     valid_batches = validation_batches(valid, tokenizer, settings)
-    callbacks = make_callbacks(settings, manager, model, guard, [metrics, bleu], strategy, chief)
+    callbacks = make_callbacks(settings, manager, model, guard, [metrics, bleu], job)
     try:
         fit_to_step(model, data_from, valid_batches, callbacks, settings)
     finally:
         callbacks[-1].close()  # the PreemptionSave
     report_dropped(stats, settings)
-    return summarize(shared, settings, model, bleu)
+    return summarize(job.shared, settings, model, bleu)
 
 
 # -- stages ---------------------------------------------------------------------------------
 
 
-def training_checkpoint(model: TrainingModel, bleu) -> tf.train.Checkpoint:
+def training_checkpoint(model: TrainingModel, progress: cb.BleuProgress) -> tf.train.Checkpoint:
     """Everything a resume restores: weights, optimizer (and loss scale), the data stream's
     position, the dropout RNG, the BLEU bookkeeping and the moving averages of --ema-decay."""
     return tf.train.Checkpoint(
@@ -94,7 +112,7 @@ def training_checkpoint(model: TrainingModel, bleu) -> tf.train.Checkpoint:
         data_position=model.data_position,
         data_next=model.data_next,
         rng=seed_states(model.transformer),
-        bleu=bleu.progress,
+        bleu=progress,
         **ema.checkpoint_items(model.optimizer),
     )
 
@@ -165,11 +183,11 @@ def report_dropped(stats: PipelineStats, settings: TrainSettings) -> None:
         )
 
 
-def restore(checkpoint, shared: Run, manager, model, bleu, metrics) -> bool:
+def restore(shared: Run, checkpoint, model, bleu, metrics) -> bool:
     """Resume from the chief's newest checkpoint, on every worker; False when there is none.
 
-    The chief's checkpoints are the truth: a worker killed between the chief's save and its
-    own would otherwise restart from another step (and call collectives at other steps).
+    Only the chief writes checkpoints; every worker restores the chief's newest one, so all
+    restart at the same step (and call their collectives at the same steps).
     `best/` keeps its own score; the larger of it and the checkpoint's is the best so far.
     metrics.jsonl loses the events past the restored step (the resumed run writes them again).
     """
@@ -200,11 +218,14 @@ def seed_states(model) -> list:
     return [v for v in model.variables if "seed_generator_state" in v.path]
 
 
-def make_bleu_callback(settings, model, tokenizer, valid, shared: Run, chief, strategy, metrics):
+def make_bleu_callback(
+    job: Job, settings, model, tokenizer, valid, *, metrics, guard, progress
+) -> cb.BleuEvaluation:
+    """Validation BLEU (the chief translates; every worker takes part in the stop decision)."""
     from keras_transformer.inference.translator import Translator
 
     sources, references, translate = [], [], None
-    if chief:
+    if job.chief:
         pairs = valid.dataset
         if settings.eval_sentences:
             pairs = pairs.take(settings.eval_sentences)
@@ -217,29 +238,31 @@ def make_bleu_callback(settings, model, tokenizer, valid, shared: Run, chief, st
         sources,
         references,
         every=settings.eval_every,
-        best_dir=shared.path("best") if chief else None,
+        best_dir=job.shared.path("best") if job.chief else None,
         model=model.transformer,
         state=cb.StepState(model),
         metrics=metrics,
-        log_dir=shared.path(LOG_DIR),
+        log_dir=job.shared.path(LOG_DIR),
         patience=settings.patience,
-        strategy=strategy,
+        strategy=job.strategy,
         averaged=lambda: ema.swapped(model.transformer, model.optimizer),
+        guard=guard,
+        progress=progress,
     )
 
 
-def make_callbacks(settings, manager, model, guard, evaluation: list, strategy, chief) -> list:
+def make_callbacks(settings, manager, model, guard, evaluation: list, job: Job) -> list:
     """Keras runs callbacks in this order: a checkpoint taken at an evaluation step must
     already hold that evaluation's best score. The chief alone saves checkpoints; after a
     SIGTERM to any worker, every worker stops at the same batch, the chief saves there."""
     state = cb.StepState(model)
-    checkpoints = cb.CheckpointEvery(manager, state, settings.checkpoint_every, guard, chief)
+    checkpoints = cb.CheckpointEvery(manager, state, settings.checkpoint_every, guard, job.chief)
     return [
         guard,
         *evaluation,
         checkpoints,
         cb.StopAtStep(state, settings.train_steps),
-        PreemptionSave(strategy, lambda: int(model.data_position.numpy()), checkpoints.save),
+        PreemptionSave(job.strategy, lambda: int(model.data_position.numpy()), checkpoints.save),
     ]
 
 
@@ -296,4 +319,4 @@ def _task_id(strategy) -> int:
     return strategy.cluster_resolver.task_id
 
 
-__all__ = ["TrainArgs", "fit_to_step", "train"]
+__all__ = ["Job", "fit_to_step", "train"]

@@ -5,14 +5,11 @@ import sys
 import pytest
 
 from keras_transformer.cli import train
-from keras_transformer.training.args import (
-    ConfigError,
-    TrainArgs,
-    check_resume,
-    resolve,
-    step_floats_per_token,
-    validate,
-)
+from keras_transformer.training.args import ConfigError, TrainArgs
+from keras_transformer.training.memory import step_floats_per_token
+from keras_transformer.training.plan import Plan
+from keras_transformer.training.recipe import resolve
+from keras_transformer.training.validation import check_resume, validate
 
 
 def never(*_):
@@ -212,22 +209,34 @@ def test_flags_are_parsed_and_checked_before_tensorflow_loads(argv, status):
 
 def test_several_training_corpora_from_the_lists():
     """files stands for every --train-src/--train-tgt pair, in the place it has in
-    --dataset; weights and tags follow that order."""
-    from keras_transformer.training.corpora import corpus_weights, tagged_corpora, training_corpora
-
+    --dataset; weights and tags follow that order. The plan holds them, parsed once."""
     args = train.parse_args(
         ["--dataset", "multi30k,files", "--train-src", "a.en, b.en", "--train-tgt", "a.de,b.de",
          "--train-weights", "4,1,0.5", "--tag-corpus", "3,2", "--subword-alpha", "0.1"]
     )  # fmt: skip
-    validate(args)
-    assert training_corpora(args) == [
+    plan = Plan.of(args)
+    assert plan.corpora.sources == (
         ("multi30k", None), ("files", ("a.en", "a.de")), ("files", ("b.en", "b.de")),
-    ]  # fmt: skip
-    assert corpus_weights(args) == [4.0, 1.0, 0.5] and tagged_corpora(args) == (1, 2)
-    assert args.subword_alpha == 0.1
+    )  # fmt: skip
+    assert plan.corpora.weights == (4.0, 1.0, 0.5) and plan.corpora.tagged == (1, 2)
+    assert plan.args == args and plan.args.subword_alpha == 0.1
     plain = train.parse_args(["--dataset", "files", "--train-src", "a.en", "--train-tgt", "a.de"])
-    assert training_corpora(plain) == [("files", ("a.en", "a.de"))]
-    assert corpus_weights(plain) is None and tagged_corpora(plain) == ()
+    corpora = Plan.of(plain).corpora
+    assert corpora.sources == (("files", ("a.en", "a.de")),)
+    assert corpora.weights is None and corpora.tagged == ()
+
+
+def test_the_plan_is_frozen_and_checked_once():
+    """`Plan.of` checks the flags and keeps its own copy of them: changing the caller's
+    TrainArgs afterwards does not change the plan, and the plan cannot be changed."""
+    args = TrainArgs(train_steps=7)
+    plan = Plan.of(args)
+    args.train_steps = 9
+    assert plan.args.train_steps == 7
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plan.args = args  # type: ignore[misc]
+    with pytest.raises(ConfigError, match="--train-steps must be a positive integer"):
+        Plan.of(TrainArgs(train_steps=0))
 
 
 def test_mix_and_sampling_flags_are_fixed_on_resume():

@@ -1,0 +1,124 @@
+"""The automatic recipe: how the flags left unset (`None`) are resolved into a run's
+`TrainSettings`, from the preset and the corpus size.
+
+Priority, as in OpenNMT-tf's `--auto_config`: built-in defaults < automatic values (this
+module) < what the user sets. `config.json` stores the resolved values, so a resumed run keeps
+them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from keras_transformer.config import PRESETS
+from keras_transformer.training.args import (
+    DEFAULT_PRESET,
+    DEFAULT_SPM_MODEL_TYPE,
+    INITIAL_LOSS_SCALE,
+    TrainArgs,
+    TrainSettings,
+)
+from keras_transformer.training.memory import (
+    fewest_micro_batches,
+    micro_batch_memory_gib,
+    tokens_that_fit,
+)
+
+# The recipe's padded tokens per update (all replicas), large and small corpus.
+PAPER_UPDATE_TOKENS, SMALL_UPDATE_TOKENS = 25000, 4096
+
+# A corpus with at least this many pairs gets the paper's recipe (WMT14: 4.5M pairs).
+LARGE_CORPUS = 1_000_000
+SMALL_CORPUS_EPOCHS = 20
+
+
+def resolve(
+    args: TrainArgs, *, num_pairs: int | None, batches_per_pass, replicas: int = 1
+) -> TrainSettings:
+    """Fill every automatic field from the preset and the corpus size.
+
+    A corpus of `LARGE_CORPUS` pairs or more (or of unknown size, as TFDS datasets are
+    until read) gets the paper's recipe: vocabulary 37000, 25000-token batches, warmup
+    4000, learning rate x1, the preset's dropout, 100k steps (big: 300k). A smaller corpus
+    (Multi30k: 29k pairs) gets the recipe measured in the README's quality table: 8000
+    pieces, 4096-token batches, dropout at least 0.2, learning rate x0.8, 20 epochs with
+    40% of them warming up. With --subword-alpha the 20 epochs are counted at the
+    deterministic segmentation: the same updates (and time) as without, fewer passes over
+    the longer sampled sentences. An update too large for `--micro-batch-memory` on each of the
+    `replicas` is accumulated from micro-batches (`split_update`).
+    `batches_per_pass(vocab_size, update_tokens, sampled=True)` counts (or estimates) the
+    batches of one pass over the corpus (`sampled=False`: at the deterministic
+    segmentation); it is only called when needed.
+    """
+    large = num_pairs is None or num_pairs >= LARGE_CORPUS
+    out = TrainSettings(**dataclasses.asdict(args))
+    out.preset = args.preset or DEFAULT_PRESET
+    out.spm_model_type = args.spm_model_type or DEFAULT_SPM_MODEL_TYPE
+    out.vocab_size = args.vocab_size or (37000 if large else 8000)
+    split_update(out, PAPER_UPDATE_TOKENS if large else SMALL_UPDATE_TOKENS, replicas)
+    _resolve_schedule(out, args, large, batches_per_pass)
+    if out.lr_scale is None:
+        out.lr_scale = 1.0 if large else 0.8
+    preset_dropout = PRESETS[out.preset]["dropout_rate"]
+    if out.dropout_rate is None:
+        out.dropout_rate = preset_dropout if large else max(preset_dropout, 0.2)
+    if out.label_smoothing is None:
+        out.label_smoothing = 0.1
+    if out.precision is None:
+        out.precision = "float32"
+    if out.initial_loss_scale is None and out.precision == "mixed_float16":
+        out.initial_loss_scale = INITIAL_LOSS_SCALE
+    if out.eval_sentences is None:
+        out.eval_sentences = 500
+    if out.subword_alpha is None:
+        out.subword_alpha = 0.0
+    return out
+
+
+def _resolve_schedule(out: TrainSettings, args: TrainArgs, large: bool, batches_per_pass) -> None:
+    """The steps: epoch, updates, warmup, checkpoint and validation cadence (`resolve`)."""
+    update_tokens = out.batch_tokens * out.accum_steps
+    if out.steps_per_epoch is None:
+        out.steps_per_epoch = max(1, batches_per_pass(out.vocab_size, update_tokens))
+    if args.epochs is not None:
+        out.train_steps = args.epochs * out.steps_per_epoch
+    elif out.train_steps is None and large:
+        out.train_steps = 300_000 if out.preset == "big" else 100_000
+    elif out.train_steps is None:
+        # 20 passes at the deterministic segmentation: sampled segmentations
+        # (--subword-alpha) are longer, so they make fewer passes in the same updates
+        budget_pass = out.steps_per_epoch
+        if args.subword_alpha and args.steps_per_epoch is None:
+            budget_pass = max(1, batches_per_pass(out.vocab_size, update_tokens, sampled=False))
+        out.train_steps = SMALL_CORPUS_EPOCHS * budget_pass
+    out.epochs = None
+    if out.warmup_steps is None:
+        out.warmup_steps = (
+            4000 if large else min(4000, max(100, int(round(0.4 * out.train_steps, -2))))
+        )
+    if out.checkpoint_every is None:
+        out.checkpoint_every = max(100, int(round(out.train_steps / 70, -2)))
+    if out.eval_every is None:
+        out.eval_every = max(out.steps_per_epoch, int(math.ceil(out.train_steps / 10)))
+
+
+def split_update(out: TrainSettings, update_tokens: int, replicas: int) -> None:
+    """Set `out.batch_tokens` (micro-batch) and `out.accum_steps` from the recipe's
+    `update_tokens` per update. User values win: --batch-tokens alone is one micro-batch per
+    update; --accum-steps k alone splits the recipe's update into k. With neither, k is the
+    fewest micro-batches that divide the update exactly and keep each replica's share under
+    --micro-batch-memory GiB (`training.memory`), so the update stays the recipe's.
+    """
+    if out.micro_batch_memory is None:
+        out.micro_batch_memory = micro_batch_memory_gib()
+    if out.batch_tokens is not None:
+        out.accum_steps = out.accum_steps or 1
+        return
+    if out.accum_steps is None:
+        fits = tokens_that_fit(out.micro_batch_memory, out.preset, out.vocab_size, out.max_length)
+        out.accum_steps = fewest_micro_batches(update_tokens, fits * replicas)
+    out.batch_tokens = math.ceil(update_tokens / out.accum_steps)
+
+
+__all__ = ["LARGE_CORPUS", "resolve", "split_update"]

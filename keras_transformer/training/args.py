@@ -107,8 +107,9 @@ class TrainArgs:
     micro_batch_memory: float | None = flag(
         None,
         "GiB per replica that one micro-batch's training step may keep (estimated from the "
-        "vocabulary, the preset and --max-length); bounds the automatic --accum-steps",
-        auto=f"{MICRO_BATCH_MEMORY_GIB:g}",
+        "vocabulary, the preset, --max-length and --precision); bounds the automatic "
+        "--accum-steps",
+        auto=f"a quarter of the GPU's memory; {MICRO_BATCH_MEMORY_GIB:g} without a GPU",
     )
     max_length: int = flag(128, "longest source or target in tokens; longer pairs are dropped")
     epochs: int | None = flag(None, "train for N epochs (sets --train-steps)")

@@ -18,8 +18,9 @@ configuration:
     first_step_s            the first step (tracing and, with XLA, compiling)
     peak_device_memory_mib  the largest peak of tf.config.experimental.get_memory_info
                             over the devices used (None on CPU: peak_rss_mib instead)
-    traces                  the training function's traces (compiled graphs: one per
-                            input shape); with XLA, XLA compiles each trace once per shape
+    traces                  the training step's traces (graphs: one per input shape)
+    xla_programs            with XLA: the per-replica forward and backward programs XLA
+                            compiled (one per micro-batch shape and replica)
 
 and one decoding row: sentences/s of beam search (beam 4, `--decode-length` steps) on
 GPU:0 (or the CPU), the model's weights random. Nothing here is a quality figure.
@@ -58,8 +59,19 @@ def child_train(opts) -> dict:
     set_precision(opts.precision)
     keras.utils.set_random_seed(0)
     cfg = kt.TransformerConfig.preset(opts.preset, vocab_size=opts.vocab_size)
+
+    class Counted(TrainingModel):
+        """Counts the traces of the training step (its Python runs once per trace and
+        replica)."""
+
+        calls = 0
+
+        def train_step(self, data):
+            Counted.calls += 1
+            return super().train_step(data)
+
     with strategy.scope():
-        model = TrainingModel(kt.Transformer(cfg), accum_steps=opts.accum_steps)
+        model = Counted(kt.Transformer(cfg), accum_steps=opts.accum_steps)
         optimizer = kt.paper_optimizer(cfg.d_model)
         if opts.precision == "mixed_float16":
             optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
@@ -100,7 +112,12 @@ def child_train(opts) -> dict:
         "first_step_s": round(times[0] - start, 2),
         "peak_device_memory_mib": round(max(peaks) / 2**20, 1) if peaks else None,
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-        "traces": int(model.train_function.experimental_get_tracing_count()),
+        "traces": Counted.calls // opts.devices,
+        "xla_programs": (
+            int(model._compiled_micro_batch.experimental_get_tracing_count())
+            if model._compiled_micro_batch is not None
+            else 0
+        ),
         "optimizer_steps": int(model.optimizer.iterations.numpy()),
         "steps_timed": opts.steps,
     }

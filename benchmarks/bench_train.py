@@ -131,7 +131,11 @@ def run_one(workload: str, impl: str, steps: int, warmup: int, xla: bool = False
         "workload": workload,
         "impl": impl,
         "xla": xla,
-        "traces": int(model.train_function.experimental_get_tracing_count()),
+        "xla_programs": (
+            int(model._compiled_micro_batch.experimental_get_tracing_count())
+            if getattr(model, "_compiled_micro_batch", None) is not None
+            else 0
+        ),
         "params": int(net.count_params()),
         "step_s_median": round(step_s, 4),
         "target_tokens_per_s": round(b * t / step_s, 1),

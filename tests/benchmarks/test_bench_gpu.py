@@ -35,6 +35,7 @@ def test_bench_gpu_runs_on_cpu_and_reports_every_configuration():
         assert row["global_rows"] == 4 * row["devices"] * 2
         assert row["optimizer_steps"] == 3  # warmup + timed steps, one update each
         assert row["traces"] == 1  # one fixed shape: one graph
+        assert row["xla_programs"] == (row["devices"] if row["xla"] else 0)  # one a replica
         assert row["target_tokens_per_s"] > 0 and row["step_s_median"] > 0
         assert row["first_step_s"] > 0 and row["peak_rss_mib"] > 0
     (decode,) = [r for r in report["results"] if r["kind"] == "decode"]

@@ -143,7 +143,11 @@ class TrainArgs:
         None, "residual dropout", auto="the preset's; at least 0.2 for a small corpus"
     )
     label_smoothing: float | None = flag(None, "epsilon_ls", auto="0.1")
-    jit_compile: bool = flag(False, "XLA (measure first: slower on CPU)")
+    jit_compile: bool = flag(
+        False,
+        "XLA on each replica's forward and backward pass of a micro-batch (every strategy; "
+        "one compilation per micro-batch shape and replica; measure first: slower on CPU)",
+    )
     # -- fine-tuning and weight averaging (training.fine_tune, training.ema) --
     init_from: str | None = flag(
         None,

@@ -38,7 +38,7 @@ class Transformer(keras.Model):
         TensorShape([2, 4, 100])
 
     Training: `compile(loss=LabelSmoothedCrossEntropy(), ...)` and Keras' own `fit` work as
-    for any Keras model; `train.py` wraps the model in `training.TrainingModel`, which
+    for any Keras model; `kt-train` wraps the model in `training.TrainingModel`, which
     normalizes the loss by the real tokens of the global batch and accumulates gradients.
     """
 

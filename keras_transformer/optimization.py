@@ -44,7 +44,7 @@ class AveragingAdam(keras.optimizers.Adam):
     Keras keeps the moving average of every trained variable
     (`_model_variables_moving_average`, updated after each applied update, the first one
     copying the weights) and, at the end of every `fit` call, `finalize_variable_values`
-    overwrites the model's weights with it. `train.py` calls `fit` more than once in a run
+    overwrites the model's weights with it. `kt-train` calls `fit` more than once in a run
     (a resumed run first finishes its epoch) and must go on from the raw weights, so that
     overwrite is a no-op here; the averaged weights are swapped in explicitly for validation
     and read from the checkpoints for export (`training.ema`).

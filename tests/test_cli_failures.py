@@ -279,6 +279,48 @@ CASES = [
         ("--ema-decay 0.99", "0.9", "{run}/config.json"),
         setup=lambda tmp: with_training(tmp / "run", ema_decay=0.9),
     ),
+    # kt-train --config FILE: the file, the key and what was expected
+    Case(
+        "train-config-missing-file",
+        ("train.py", "--config", "{tmp}/nowhere.yaml", "--model-dir", "{tmp}/new"),
+        ("--config {tmp}/nowhere.yaml", "no such file", "recipes/multi30k-small.yaml"),
+    ),
+    Case(
+        "train-config-unknown-key",
+        ("train.py", "--config", "{tmp}/r.yaml", "--model-dir", "{tmp}/new"),
+        ("--config {tmp}/r.yaml", "unknown key 'batch_token'", "did you mean batch_tokens"),
+        setup=write("r.yaml", "preset: tiny\nbatch_token: 512\n"),
+    ),
+    Case(
+        "train-config-wrong-type",
+        ("train.py", "--config", "{tmp}/r.yaml", "--model-dir", "{tmp}/new"),
+        ("--config {tmp}/r.yaml", "train_steps", "expected an integer, got 'many'"),
+        setup=write("r.yaml", "preset: tiny\ntrain_steps: many\n"),
+    ),
+    Case(
+        "train-config-not-a-choice",
+        ("train.py", "--config", "{tmp}/r.yaml", "--model-dir", "{tmp}/new"),
+        ("--config {tmp}/r.yaml", "precision", "expected one of float32, mixed_float16"),
+        setup=write("r.yaml", "precision: float16\n"),
+    ),
+    Case(
+        "train-config-bad-yaml",
+        ("train.py", "--config", "{tmp}/r.yaml", "--model-dir", "{tmp}/new"),
+        ("--config {tmp}/r.yaml", "line 3", "not valid YAML"),
+        setup=write("r.yaml", "preset: tiny\nvocab_size: 500\n  train_steps: 10\n"),
+    ),
+    Case(
+        "train-config-not-a-mapping",
+        ("train.py", "--config", "{tmp}/r.yaml", "--model-dir", "{tmp}/new"),
+        ("--config {tmp}/r.yaml", "expected a mapping of flag names to values", "list"),
+        setup=write("r.yaml", "- preset: tiny\n"),
+    ),
+    Case(
+        "train-config-value-checked-as-a-flag",
+        ("train.py", "--config", "{tmp}/r.yaml", "--model-dir", "{tmp}/new"),
+        ("--warmup-steps must be a positive integer, got 0",),
+        setup=write("r.yaml", "warmup_steps: 0\n"),
+    ),
     # ---- export.py
     Case(
         "export-bad-beam",

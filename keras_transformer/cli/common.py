@@ -1,11 +1,53 @@
-"""What the commands share: flag errors in one line, the decoding and sampling flags."""
+"""What the commands share: flag errors in one line, the decoding and sampling flags, and the
+logging setup (`--log-level`)."""
 
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 
 SAMPLING_FLAGS = ("sample_topk", "sample_topp", "temperature", "seed")
+
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+def add_log_level_flag(parser: argparse.ArgumentParser, stream: str = "stdout") -> None:
+    parser.add_argument(
+        "--log-level",
+        default="INFO",
+        type=str.upper,
+        choices=LOG_LEVELS,
+        help=f"the package's messages shown on {stream}: DEBUG, INFO (default), WARNING or ERROR",
+    )
+
+
+class _Format(logging.Formatter):
+    """INFO lines as the message alone (as the commands always printed them); other levels
+    prefixed with their name."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        message = super().format(record)
+        return message if record.levelno == logging.INFO else f"{record.levelname}: {message}"
+
+
+def setup_logging(level: str = "INFO", stream=None) -> logging.Logger:
+    """The commands' logging, configured once per process: the `keras_transformer` loggers at
+    `level` to `stream` (default stdout, where kt-train's and kt-export's progress messages
+    always went; stderr keeps the one-line error of a failure). The commands whose stdout is
+    data (kt-translate, kt-evaluate, kt-score) pass stderr. A library caller configures
+    logging as it likes instead."""
+    logger = logging.getLogger("keras_transformer")
+    for handler in [h for h in logger.handlers if getattr(h, "kt_command", False)]:
+        logger.removeHandler(handler)
+    handler = logging.StreamHandler(sys.stdout if stream is None else stream)
+    handler.kt_command = True
+    handler.setFormatter(_Format("%(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(level)
+    logger.propagate = False  # shown once, even when TensorFlow's absl adds a root handler
+    return logger
 
 
 def add_decoding_flags(parser: argparse.ArgumentParser) -> None:

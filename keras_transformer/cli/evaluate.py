@@ -15,7 +15,13 @@ import os
 import sys
 import time
 
-from keras_transformer.cli.common import add_decoding_flags, decoder, flag_error
+from keras_transformer.cli.common import (
+    add_decoding_flags,
+    add_log_level_flag,
+    decoder,
+    flag_error,
+    setup_logging,
+)
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -39,7 +45,9 @@ def main(argv=None, prog: str = "kt-evaluate") -> int:
     parser.add_argument("--src", required=True, help="source sentences (plain or .gz)")
     parser.add_argument("--ref", required=True, help="reference translations (plain or .gz)")
     parser.add_argument("--output", help="also write the translations here")
+    add_log_level_flag(parser, "stderr")
     args = parser.parse_args(argv)
+    setup_logging(args.log_level, sys.stderr)  # stdout is the command's output
 
     from keras_transformer.errors import KerasTransformerError
     from keras_transformer.inference.evaluation import (

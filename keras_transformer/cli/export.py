@@ -16,7 +16,7 @@ import json
 import os
 import sys
 
-from keras_transformer.cli.common import flag_error
+from keras_transformer.cli.common import add_log_level_flag, flag_error, setup_logging
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -76,11 +76,13 @@ def parse_args(argv=None, prog: str = "kt-export") -> argparse.Namespace:
         action="store_true",
         help="a run trained with --ema-decay: export the raw weights, not their moving average",
     )
+    add_log_level_flag(parser)
     return parser.parse_args(argv)
 
 
 def main(argv=None, prog: str = "kt-export") -> int:
     args = parse_args(argv, prog)
+    setup_logging(args.log_level)
     from keras_transformer.errors import KerasTransformerError
     from keras_transformer.inference.export import describe_export, export_run
     from keras_transformer.inference.options import check_min_length, check_options

@@ -1,10 +1,12 @@
 """Train a Transformer (default: small preset on Multi30k, en->de).
 
     kt-train --strategy mirrored
-    kt-train --dataset tfds:wmt14_translate/de-en --data-dir ~/tensorflow_datasets \
-        --src-lang en --tgt-lang de --preset base --strategy mirrored --precision mixed_float16
+    kt-train --config recipes/wmt14-base.yaml --data-dir ~/tensorflow_datasets
+    kt-train --config recipes/wmt14-base.yaml --dry-run   # print the resolved plan, write nothing
 
-Running again with the same --model-dir resumes where it stopped.
+Values come from, lowest first: the built-in defaults, the automatic recipe (from the preset
+and the corpus size), --config FILE (YAML, keys are the flag names: batch_tokens: 4096),
+then the flags given here. Running again with the same --model-dir resumes where it stopped.
 """
 
 from __future__ import annotations
@@ -16,10 +18,18 @@ import sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
-def parse_args(argv=None, prog: str = "kt-train"):
-    """The command line is built from `TrainArgs`: one definition of every flag."""
+# Flags that say the same thing two ways (giving both is an error): one given on the command
+# line replaces the other from --config FILE.
+ALTERNATIVES = (("epochs", "train_steps"), ("init_checkpoint", "init_average_last"))
+
+
+def build_parser(prog: str = "kt-train") -> argparse.ArgumentParser:
+    """The command line, built from `TrainArgs` (one definition of every flag) plus the
+    command's own --config, --dry-run and --log-level. A flag not given is absent from the
+    parsed namespace (argparse.SUPPRESS), so a given flag wins even when it equals its default."""
     import dataclasses
 
+    from keras_transformer.cli.common import add_log_level_flag
     from keras_transformer.training.args import TrainArgs, option
 
     parser = argparse.ArgumentParser(
@@ -27,33 +37,103 @@ def parse_args(argv=None, prog: str = "kt-train"):
     )
     for field in dataclasses.fields(TrainArgs):
         kind = str(field.type)
-        meta = dict(help=field.metadata["help"], default=field.default)
+        meta = dict(help=field.metadata["help"], default=argparse.SUPPRESS)
         if kind == "bool":
-            parser.add_argument(option(field.name), action="store_true", **meta)
+            parser.add_argument(option(field.name), action=argparse.BooleanOptionalAction, **meta)
             continue
         convert = int if kind.startswith("int") else float if kind.startswith("float") else str
-        if field.name == "data_dir":
-            meta["default"] = os.environ.get("KT_DATA_DIR")
         parser.add_argument(
             option(field.name), type=convert, choices=field.metadata["choices"], **meta
         )
-    return TrainArgs(**vars(parser.parse_args(argv)))
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        help="a recipe: YAML whose keys are these flags' names (batch_tokens: 4096), e.g. "
+        "recipes/wmt14-base.yaml or a run's config.json; the flags given here win over it",
+    )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="resolve every setting (reading the corpus sizes), print the plan and exit: "
+        "trains no tokenizer and writes nothing",
+    )
+    add_log_level_flag(parser)
+    return parser
+
+
+def parse_command(argv=None, prog: str = "kt-train"):
+    """(TrainArgs, the command's own options): defaults < --config FILE < the flags given.
+
+    Raises ConfigError for a bad --config FILE (naming the file and the key)."""
+    import dataclasses
+
+    from keras_transformer.training.args import TrainArgs
+
+    given = vars(build_parser(prog).parse_args(argv))
+    command = argparse.Namespace(
+        config=given.pop("config", None),
+        dry_run=given.pop("dry_run", False),
+        log_level=given.pop("log_level"),
+        from_file=(),  # the flags whose value comes from --config FILE
+    )
+    values = {field.name: field.default for field in dataclasses.fields(TrainArgs)}
+    values["data_dir"] = os.environ.get("KT_DATA_DIR")
+    if command.config is not None:
+        from keras_transformer.training.config_file import read_config_file
+
+        recipe = read_config_file(command.config)
+        for one, other in ALTERNATIVES:  # --epochs given here replaces the file's train_steps
+            for name, rival in ((one, other), (other, one)):
+                if name in given:
+                    recipe.pop(rival, None)
+        values.update(recipe)
+        command.from_file = tuple(name for name in recipe if name not in given)
+    values.update(given)
+    return TrainArgs(**values), command
+
+
+def where(message: str, command) -> str:
+    """A flag error about a value of --config FILE says so."""
+    from keras_transformer.training.args import option
+
+    for name in command.from_file:
+        if option(name) in message.split(":")[0].split():
+            return f"{message} (set by {name} in --config {command.config})"
+    return message
+
+
+def parse_args(argv=None, prog: str = "kt-train"):
+    """The `TrainArgs` of a command line (and of its --config FILE)."""
+    return parse_command(argv, prog)[0]
 
 
 def main(argv=None, prog: str = "kt-train") -> int:
-    args = parse_args(argv, prog)  # no TensorFlow yet: --help and flag errors answer at once
+    # no TensorFlow yet: --help and flag errors answer at once
+    from keras_transformer.cli.common import setup_logging
+    from keras_transformer.config import ConfigError
     from keras_transformer.errors import KerasTransformerError
-    from keras_transformer.training.plan import Plan
 
     try:
-        plan = Plan.of(args)  # checked once, corpus lists parsed once
+        args, command = parse_command(argv, prog)
+        setup_logging(command.log_level)
+        from keras_transformer.training.plan import Plan
+
+        try:
+            plan = Plan.of(args)  # checked once, corpus lists parsed once
+        except ConfigError as err:
+            raise ConfigError(where(str(err), command)) from None
         from keras_transformer.training.strategy import configure_devices, split_cpu
 
         split_cpu(args.cpu_devices)  # before anything starts TensorFlow's runtime
         configure_devices(memory_growth=args.gpu_memory_growth, deterministic=args.deterministic)
-        from keras_transformer.training.trainer import train
+        if command.dry_run:
+            from keras_transformer.training.trainer import dry_run
 
-        train(plan)
+            print(dry_run(plan), flush=True)  # the command's output
+        else:
+            from keras_transformer.training.trainer import train
+
+            print(train(plan)["report"], flush=True)  # the command's output
     except KerasTransformerError as err:
         print(f"{prog}: error: {err}", file=sys.stderr)
         return 2

@@ -18,9 +18,11 @@ import sys
 
 from keras_transformer.cli.common import (
     add_decoding_flags,
+    add_log_level_flag,
     add_sampling_flags,
     decoder,
     flag_error,
+    setup_logging,
 )
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -37,7 +39,9 @@ def main(argv=None, prog: str = "kt-translate") -> int:
     parser.add_argument(
         "--prefix-file", help='one target prefix per input line ("" = none): outputs start with it'
     )
+    add_log_level_flag(parser, "stderr")
     args = parser.parse_args(argv)
+    setup_logging(args.log_level, sys.stderr)  # stdout is the command's output
 
     from keras_transformer.errors import KerasTransformerError
     from keras_transformer.inference.evaluation import (

@@ -31,13 +31,20 @@ DEFAULT_SPM_MODEL_TYPE = "bpe"
 
 
 def flag(default: Any = None, help: str = "", choices=None, auto: str = "") -> Any:  # noqa: A002
-    meta = {"help": help + (f" (default: {auto})" if auto else ""), "choices": choices}
+    """A field of `TrainArgs`: its default, help, choices and (for a None default resolved by
+    the recipe) what the automatic value is; kt-train and docs/configuration.md show them."""
+    meta = {
+        "help": help + (f" (default: {auto})" if auto else ""),
+        "choices": choices,
+        "about": help,
+        "auto": auto,
+    }
     return dataclasses.field(default=default, metadata=meta)
 
 
 @dataclasses.dataclass
 class TrainArgs:
-    """The flags of train.py (DESIGN.md section 8); `None` means "resolved automatically"."""
+    """The flags of kt-train (DESIGN.md section 8); `None` means "resolved automatically"."""
 
     model_dir: str = flag("runs/multi30k-en-de", "checkpoints, tokenizer, config.json, logs")
     preset: str | None = flag(
@@ -199,13 +206,17 @@ def option(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def describe(args: TrainSettings, given: TrainArgs) -> str:
-    """The resolved settings, one line each, marking those that were resolved automatically."""
+def describe(args: TrainSettings, given: TrainArgs, pending=()) -> str:
+    """The resolved settings, one line each, marking those that were resolved automatically;
+    those named in `pending` and still None are counted when training (a dry run's)."""
     lines = []
     for field in dataclasses.fields(args):
         value = getattr(args, field.name)
         auto = getattr(given, field.name) is None and value is not None
-        lines.append(f"  {option(field.name):20} {value}{'  (auto)' if auto else ''}")
+        mark = "  (auto)" if auto else ""
+        if value is None and field.name in pending:
+            value, mark = "?", "  (auto: counted with the tokenizer when training)"
+        lines.append(f"  {option(field.name):20} {value}{mark}")
     return "\n".join(lines)
 
 

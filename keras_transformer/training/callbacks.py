@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import os
 import time
@@ -11,6 +12,8 @@ import keras
 import tensorflow as tf
 
 from keras_transformer.errors import KerasTransformerError
+
+logger = logging.getLogger(__name__)
 
 
 class TrainingError(KerasTransformerError, RuntimeError):
@@ -288,7 +291,7 @@ class BleuEvaluation(keras.callbacks.Callback):
             with self.writer.as_default():
                 tf.summary.scalar("bleu", bleu, step=step)
         self.metrics.write("bleu", {"val_bleu": bleu})
-        print(f"\nstep {step}: validation BLEU {bleu:.2f}", flush=True)
+        logger.info("\nstep %d: validation BLEU %.2f", step, bleu)
         if bleu > float(self.progress.best.numpy()) and self._weights_finite():
             self.progress.best.assign(bleu)
             self.progress.best_step.assign(step)
@@ -309,7 +312,7 @@ class BleuEvaluation(keras.callbacks.Callback):
         self.last_step = step
         stop = agree_any(self.strategy, self._judge(logs))
         if stop:
-            print(f"early stopping: no BLEU gain in {self.patience} evaluations", flush=True)
+            logger.info("early stopping: no BLEU gain in %d evaluations", self.patience)
             self.stopped_early = True
             self.model.stop_training = True
 

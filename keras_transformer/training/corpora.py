@@ -1,4 +1,4 @@
-"""The training corpora of train.py's list flags (--dataset, --train-src/--train-tgt,
+"""The training corpora of kt-train's list flags (--dataset, --train-src/--train-tgt,
 --train-weights, --tag-corpus): which corpora, their sampling weights and which are tagged,
 each bad combination a ConfigError naming the flag. Parsed once (`parse_corpora`, called by
 `training.validation.validate`) into a `Corpora` that the plan carries."""

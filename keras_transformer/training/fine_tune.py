@@ -16,6 +16,7 @@ its own checkpoints and never goes back to the source.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 
 import tensorflow as tf
@@ -23,6 +24,8 @@ import tensorflow as tf
 from keras_transformer.config import PRESETS, TransformerConfig
 from keras_transformer.run_dir import Run
 from keras_transformer.training.args import ConfigError, TrainArgs, option
+
+logger = logging.getLogger(__name__)
 
 # The flags that define the model or the tokenizer: a fine-tuned run takes them from its source.
 MODEL_FLAGS = ("preset", "vocab_size", "spm_model_type")
@@ -133,7 +136,7 @@ def initialize(model, init: dict, keep=()) -> None:
     Run(init["run"]).restore_average(model, list(init["checkpoints"]), ema=True)
     for variable, value in kept:
         variable.assign(value)
-    print(f"initialized from {', '.join(init['checkpoints'])}", flush=True)
+    logger.info("initialized from %s", ", ".join(init["checkpoints"]))
 
 
 __all__ = ["MODEL_FLAGS", "Source", "checkpoints_of", "initialize"]

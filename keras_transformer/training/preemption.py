@@ -146,7 +146,7 @@ class PreemptionSave(keras.callbacks.Callback):
             if path
             else f"preempted (SIGTERM): the chief saved after batch {position}; exiting (143)"
         )
-        print(message, flush=True)
+        logger.warning("%s", message)
         self.close()
         raise Preempted(message)
 

@@ -8,6 +8,7 @@ them back and refuses flags that would change it.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import os
 import time
@@ -36,6 +37,8 @@ from keras_transformer.training.fine_tune import Source
 from keras_transformer.training.plan import Plan
 from keras_transformer.training.recipe import resolve
 from keras_transformer.training.validation import check_resume
+
+logger = logging.getLogger(__name__)
 
 
 def load_data(plan: Plan):
@@ -125,13 +128,11 @@ def new_settings(run_dir: Run, args: TrainArgs, train, replicas: int = 1):
             )
         return tokenizers[vocab_size]
 
-    def batches_per_pass(vocab_size: int, batch_tokens: int, sampled: bool = True) -> int:
-        tokenizer = tokenizer_for(vocab_size)
-        subword = subword_sampler(tokenizer, args.subword_alpha) if sampled else None
-        return count_batches(train, tokenizer, batch_tokens, args.max_length, subword=subword)
-
     settings = resolve(
-        args, num_pairs=train.num_pairs, batches_per_pass=batches_per_pass, replicas=replicas
+        args,
+        num_pairs=train.num_pairs,
+        batches_per_pass=batch_counter(train, args, tokenizer_for),
+        replicas=replicas,
     )
     tokenizer = tokenizer_for(settings.vocab_size)
     if source is not None:
@@ -150,6 +151,33 @@ def new_settings(run_dir: Run, args: TrainArgs, train, replicas: int = 1):
         config["init"] = source.record()
     run_dir.write_config(config)
     return settings, tokenizer
+
+
+def batch_counter(train, args: TrainArgs, tokenizer_for):
+    """`batches_per_pass(vocab_size, batch_tokens, sampled=True)` of `recipe.resolve`, counted
+    with the tokenizer `tokenizer_for(vocab_size)`."""
+
+    def batches_per_pass(vocab_size: int, batch_tokens: int, sampled: bool = True) -> int:
+        tokenizer = tokenizer_for(vocab_size)
+        subword = subword_sampler(tokenizer, args.subword_alpha) if sampled else None
+        return count_batches(train, tokenizer, batch_tokens, args.max_length, subword=subword)
+
+    return batches_per_pass
+
+
+def planned_settings(run_dir: Run, args: TrainArgs, train, replicas: int = 1) -> TrainSettings:
+    """The settings `settle` would give, without training a tokenizer or writing anything
+    (--dry-run): a resumed run's from its config.json; a new run's resolved from the corpus,
+    with the settings counted in batches (`recipe.COUNTED`) left at None unless a fine-tuned
+    run's source tokenizer (--init-from) can count them."""
+    if run_dir.exists:
+        return resumed_settings(run_dir, args)
+    counter = None
+    if args.init_from is not None:
+        source, args = Source.of(args)
+        tokenizer = source.tokenizer()
+        counter = batch_counter(train, args, lambda _: tokenizer)
+    return resolve(args, num_pairs=train.num_pairs, batches_per_pass=counter, replicas=replicas)
 
 
 def resumed_settings(run_dir: Run, args: TrainArgs) -> TrainSettings:
@@ -178,7 +206,7 @@ def train_tokenizer(train, vocab_size: int, args: TrainArgs) -> SubwordTokenizer
             yield tgt.decode("utf-8")
 
     model_type = args.spm_model_type or DEFAULT_SPM_MODEL_TYPE
-    print(f"training a {vocab_size}-piece {model_type} SentencePiece model", flush=True)
+    logger.info("training a %d-piece %s SentencePiece model", vocab_size, model_type)
     try:
         proto = train_sentencepiece(
             sentences(),
@@ -244,6 +272,7 @@ __all__ = [
     "check_workers",
     "count_batches",
     "load_data",
+    "planned_settings",
     "settle",
     "subword_sampler",
     "train_tokenizer",

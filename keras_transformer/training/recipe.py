@@ -31,6 +31,9 @@ PAPER_UPDATE_TOKENS, SMALL_UPDATE_TOKENS = 25000, 4096
 # A corpus with at least this many pairs gets the paper's recipe (WMT14: 4.5M pairs).
 LARGE_CORPUS = 1_000_000
 SMALL_CORPUS_EPOCHS = 20
+# The settings counted in batches of the corpus: a dry run, which trains no tokenizer to count
+# with, leaves those the user did not set unresolved (None).
+COUNTED = ("steps_per_epoch", "train_steps", "warmup_steps", "checkpoint_every", "eval_every")
 
 
 def resolve(
@@ -49,7 +52,8 @@ def resolve(
     `replicas` is accumulated from micro-batches (`split_update`).
     `batches_per_pass(vocab_size, update_tokens, sampled=True)` counts (or estimates) the
     batches of one pass over the corpus (`sampled=False`: at the deterministic
-    segmentation); it is only called when needed.
+    segmentation); it is only called when needed. None (a dry run) leaves the settings
+    counted in batches (`COUNTED`) at None when the user did not set them.
     """
     large = num_pairs is None or num_pairs >= LARGE_CORPUS
     out = TrainSettings(**dataclasses.asdict(args))
@@ -77,21 +81,27 @@ def resolve(
 
 
 def _resolve_schedule(out: TrainSettings, args: TrainArgs, large: bool, batches_per_pass) -> None:
-    """The steps: epoch, updates, warmup, checkpoint and validation cadence (`resolve`)."""
+    """The steps: epoch, updates, warmup, checkpoint and validation cadence (`resolve`).
+
+    `batches_per_pass` None (a dry run: no tokenizer to count with) leaves what depends on
+    the count of batches at None (`COUNTED`)."""
     update_tokens = out.batch_tokens * out.accum_steps
-    if out.steps_per_epoch is None:
+    if out.steps_per_epoch is None and batches_per_pass is not None:
         out.steps_per_epoch = max(1, batches_per_pass(out.vocab_size, update_tokens))
+    spe = out.steps_per_epoch
     if args.epochs is not None:
-        out.train_steps = args.epochs * out.steps_per_epoch
+        out.train_steps = args.epochs * spe if spe else None
     elif out.train_steps is None and large:
         out.train_steps = 300_000 if out.preset == "big" else 100_000
     elif out.train_steps is None:
         # 20 passes at the deterministic segmentation: sampled segmentations
         # (--subword-alpha) are longer, so they make fewer passes in the same updates
-        budget_pass = out.steps_per_epoch
-        if args.subword_alpha and args.steps_per_epoch is None:
+        budget_pass = spe
+        if args.subword_alpha and args.steps_per_epoch is None and batches_per_pass:
             budget_pass = max(1, batches_per_pass(out.vocab_size, update_tokens, sampled=False))
-        out.train_steps = SMALL_CORPUS_EPOCHS * budget_pass
+        out.train_steps = SMALL_CORPUS_EPOCHS * budget_pass if budget_pass else None
+    if out.train_steps is None:  # a dry run: the rest follows from the count
+        return
     out.epochs = None
     if out.warmup_steps is None:
         out.warmup_steps = (
@@ -99,8 +109,8 @@ def _resolve_schedule(out: TrainSettings, args: TrainArgs, large: bool, batches_
         )
     if out.checkpoint_every is None:
         out.checkpoint_every = max(100, int(round(out.train_steps / 70, -2)))
-    if out.eval_every is None:
-        out.eval_every = max(out.steps_per_epoch, int(math.ceil(out.train_steps / 10)))
+    if out.eval_every is None and spe:
+        out.eval_every = max(spe, int(math.ceil(out.train_steps / 10)))
 
 
 def split_update(out: TrainSettings, update_tokens: int, replicas: int) -> None:
@@ -123,4 +133,4 @@ def split_update(out: TrainSettings, update_tokens: int, replicas: int) -> None:
     out.batch_tokens = math.ceil(update_tokens / out.accum_steps)
 
 
-__all__ = ["LARGE_CORPUS", "resolve", "split_update"]
+__all__ = ["COUNTED", "LARGE_CORPUS", "resolve", "split_update"]

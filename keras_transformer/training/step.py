@@ -1,4 +1,4 @@
-"""The training step that `train.py` runs through `fit`: `TrainingModel` wraps a Transformer.
+"""The training step that `kt-train` runs through `fit`: `TrainingModel` wraps a Transformer.
 
 The paper's model (`keras_transformer.Transformer`) stays a plain `keras.Model`: compiled
 with `LabelSmoothedCrossEntropy` it trains with Keras' own `fit` (the notebooks do this).

@@ -1,4 +1,7 @@
-"""What `kt-train` prints when training ends: what happened and the commands to run next."""
+"""What `kt-train` prints when training ends: what happened and the commands to run next.
+
+`summarize` prints nothing: the text is the "report" of its result, which the command prints
+on stdout as its output (whatever --log-level says)."""
 
 from __future__ import annotations
 
@@ -7,7 +10,7 @@ from keras_transformer.training.args import TrainSettings
 
 
 def summarize(run_dir: Run, settings: TrainSettings, model, bleu) -> dict:
-    """Print what happened and what to do next; return it as a dict."""
+    """What happened and what to do next, as a dict; its "report" is the text to show."""
     progress = bleu.progress
     best, best_step = float(progress.best.numpy()), int(progress.best_step.numpy())
     result = {
@@ -39,7 +42,7 @@ def summarize(run_dir: Run, settings: TrainSettings, model, bleu) -> dict:
         f"  kt-evaluate --model exports/transformer/1 --src {src} --ref {ref}",
         "  (exports/transformer/1: the version directory that kt-export prints)",
     ]
-    print("\n".join(lines), flush=True)
+    result["report"] = "\n".join(lines)
     return result
 
 

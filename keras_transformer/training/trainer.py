@@ -8,6 +8,7 @@ last checkpoint, and the BLEU callback that the guard silences.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import sys
 
@@ -28,30 +29,39 @@ from keras_transformer.training.preemption import PreemptionSave
 from keras_transformer.training.preparation import (
     check_tag_symbol,
     load_data,
+    planned_settings,
     settle,
     subword_sampler,
 )
+from keras_transformer.training.recipe import COUNTED
 from keras_transformer.training.step import TrainingModel
 from keras_transformer.training.strategy import is_chief, make_strategy, set_precision
 from keras_transformer.training.summary import summarize
 
+logger = logging.getLogger(__name__)
+
 
 @dataclasses.dataclass(frozen=True)
 class Job:
-    """Where this process trains: the strategy, whether it is the chief (TensorFlow's
-    answer) and the chief's run directory (config.json, spm.model, checkpoints, metrics),
-    which only the chief writes: every variable of a checkpoint is mirrored, the other
-    workers' copies would be dead files."""
+    """Where this process trains: the strategy, its worker index (None for the chief, as
+    TensorFlow decides) and the chief's run directory (config.json, spm.model, checkpoints,
+    metrics), which only the chief writes: every variable of a checkpoint is mirrored, the
+    other workers' copies would be dead files."""
 
     strategy: tf.distribute.Strategy
-    chief: bool
+    task: int | None
     shared: Run
+
+    @property
+    def chief(self) -> bool:
+        return self.task is None
 
     @classmethod
     def start(cls, model_dir: str, strategy_name: str, collective_timeout=None) -> Job:
         # first: collective ops are set up at startup
         strategy = make_strategy(strategy_name, collective_timeout)
-        return cls(strategy, is_chief(strategy), Run(model_dir))
+        task = None if is_chief(strategy) else _task_id(strategy)
+        return cls(strategy, task, Run(model_dir))
 
 
 def train(plan: Plan) -> dict:
@@ -60,11 +70,10 @@ def train(plan: Plan) -> dict:
     job = Job.start(args.model_dir, args.strategy, args.collective_timeout)
     keras.utils.set_random_seed(args.seed)  # before any tokenizer: it clears the kernel cache
     train_data, valid = load_data(plan)
-    print(f"train: {train_data.report()}\nvalidation: {valid.report()}", flush=True)
-    task = None if job.chief else _task_id(job.strategy)
+    logger.info("train: %s\nvalidation: %s", train_data.report(), valid.report())
     replicas = job.strategy.num_replicas_in_sync
-    settings, tokenizer = settle(job.shared, args, train_data, task, replicas)
-    print(f"settings (config.json):\n{describe(settings, args)}", flush=True)
+    settings, tokenizer = settle(job.shared, args, train_data, job.task, replicas)
+    logger.info("settings (config.json):\n%s", describe(settings, args))
     check_tag_symbol(tokenizer, settings)
     set_precision(settings.precision)
 
@@ -84,7 +93,7 @@ def train(plan: Plan) -> dict:
             model.transformer, job.shared.read_config()["init"], keep=seed_states(model.transformer)
         )
     if _step(model) >= settings.train_steps:
-        print(f"already at step {_step(model)} >= --train-steps {settings.train_steps}", flush=True)
+        logger.info("already at step %d >= --train-steps %d", _step(model), settings.train_steps)
         return summarize(job.shared, settings, model, bleu)
 
     stats = PipelineStats()
@@ -98,6 +107,23 @@ def train(plan: Plan) -> dict:
         callbacks[-1].close()  # the PreemptionSave
     report_dropped(stats, settings)
     return summarize(job.shared, settings, model, bleu)
+
+
+def dry_run(plan: Plan) -> str:
+    """The plan `train(plan)` would follow, as train shows it (the corpora and the settings
+    table), from the corpus sizes alone: no tokenizer trained, no TFDS download, nothing
+    written (not even --model-dir)."""
+    args = plan.args
+    strategy = make_strategy(args.strategy)  # the replicas bound the automatic micro-batch
+    local = dataclasses.replace(args, tfds_download=False)
+    train_data, valid = load_data(dataclasses.replace(plan, args=local))
+    replicas = strategy.num_replicas_in_sync
+    settings = planned_settings(Run(args.model_dir), args, train_data, replicas)
+    return (
+        f"train: {train_data.report()}\nvalidation: {valid.report()}\n"
+        f"settings (config.json):\n{describe(settings, args, pending=COUNTED)}\n"
+        f"dry run: nothing trained, nothing written to {args.model_dir}"
+    )
 
 
 # -- stages ---------------------------------------------------------------------------------
@@ -176,10 +202,10 @@ def training_stream(train_data, tokenizer, settings: TrainSettings, stats, subwo
 def report_dropped(stats: PipelineStats, settings: TrainSettings) -> None:
     """Print how many training pairs over --max-length the pipeline dropped, if any."""
     if int(stats.too_long.numpy()):
-        print(
-            f"dropped {int(stats.too_long.numpy())} training pairs longer than "
-            f"--max-length {settings.max_length}",
-            flush=True,
+        logger.info(
+            "dropped %d training pairs longer than --max-length %d",
+            int(stats.too_long.numpy()),
+            settings.max_length,
         )
 
 
@@ -209,7 +235,7 @@ def restore(shared: Run, checkpoint, model, bleu, metrics) -> bool:
     metrics.resume()
     scale = getattr(model.optimizer, "dynamic_scale", None)
     scale = f" (loss scale {float(scale.numpy()):g})" if scale is not None else ""
-    print(f"resumed from {paths[-1]} at step {_step(model)}{scale}", flush=True)
+    logger.info("resumed from %s at step %d%s", paths[-1], _step(model), scale)
     return True
 
 
@@ -319,4 +345,4 @@ def _task_id(strategy) -> int:
     return strategy.cluster_resolver.task_id
 
 
-__all__ = ["Job", "fit_to_step", "train"]
+__all__ = ["Job", "dry_run", "fit_to_step", "train"]

@@ -182,7 +182,12 @@ def test_a_resume_refuses_changed_schedule_and_model_flags():
 
 @pytest.mark.parametrize(
     "argv,status",
-    [(["--help"], 0), (["--preset", "huge"], 2), (["--train-steps", "-3"], 2)],
+    [
+        (["--help"], 0),
+        (["--preset", "huge"], 2),
+        (["--train-steps", "-3"], 2),
+        (["--config", "no-such-recipe.yaml"], 2),
+    ],
 )
 def test_flags_are_parsed_and_checked_before_tensorflow_loads(argv, status):
     """`train.py --help` and flag errors answer before TensorFlow is imported."""

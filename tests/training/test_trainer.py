@@ -201,7 +201,8 @@ def test_resume_restores_the_loss_scale(tmp_path, multi30k_dir):
 @pytest.mark.slow
 def test_resume_refuses_flags_that_would_change_the_run(tmp_path, multi30k_dir):
     model_dir = tmp_path / "run"
-    run_train(model_dir, multi30k_dir, "--train-steps", "2", "--warmup-steps", "30")
+    out = run_train(model_dir, multi30k_dir, "--train-steps", "2", "--warmup-steps", "30")
+    assert "settings (config.json):" in out.stdout  # logged at INFO, the default --log-level
     for flag, value, saved in (
         ("--warmup-steps", "50", "30"),
         ("--dropout-rate", "0.3", "0.2"),
@@ -210,9 +211,14 @@ def test_resume_refuses_flags_that_would_change_the_run(tmp_path, multi30k_dir):
         out = run_train(model_dir, multi30k_dir, "--train-steps", "4", flag, value, check=False)
         assert out.returncode == 2 and "Traceback" not in out.stderr
         assert f"{flag} {value} differs from {saved} in {model_dir}/config.json" in out.stderr
-    # flags that only continue the run are fine
-    out = run_train(model_dir, multi30k_dir, "--train-steps", "3", "--warmup-steps", "30")
+    # flags that only continue the run are fine; --log-level WARNING hides the INFO lines,
+    # not the command's output (the summary)
+    out = run_train(
+        model_dir, multi30k_dir, "--train-steps", "3", "--warmup-steps", "30",
+        "--log-level", "WARNING",
+    )  # fmt: skip
     assert "training ended at step 3 of 3" in out.stdout
+    assert "settings (config.json):" not in out.stdout and "resumed from" not in out.stdout
 
 
 def free_port():

@@ -1,0 +1,69 @@
+"""kt-train --dry-run: the plan of a recipe file equals the plan of the same flags, and the
+default recipe file is the default plan; nothing is written."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import yaml
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+RECIPE = os.path.join(ROOT, "recipes", "multi30k-small.yaml")
+
+# three dry runs in one process (one TensorFlow import): each prints its plan between markers
+PROBE = """
+import contextlib, io, sys
+from keras_transformer.cli import train
+for argv in {runs!r}:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = train.main(argv)
+    print("=== EXIT", code)
+    print(out.getvalue())
+"""
+
+
+def flags_of(recipe: str) -> list[str]:
+    """The command-line flags equivalent to a recipe file."""
+    with open(recipe, encoding="utf-8") as handle:
+        values = yaml.safe_load(handle)
+    flags = []
+    for name, value in values.items():
+        if value is not None:
+            flags += ["--" + name.replace("_", "-"), str(value)]
+    return flags
+
+
+def test_a_recipe_files_dry_run_is_the_plan_of_its_flags(tmp_path, multi30k_dir):
+    model_dir = str(tmp_path / "run")
+    where = ["--model-dir", model_dir]  # the recipe's own model_dir, overridden
+    runs = [
+        ["--config", RECIPE, "--dry-run", *where],
+        [*flags_of(RECIPE), "--dry-run", *where],
+        ["--dry-run", *where],
+    ]
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE.format(runs=runs)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": ROOT, "KT_DATA_DIR": multi30k_dir},
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    plans = [part.strip() for part in out.stdout.split("=== EXIT")[1:]]
+    assert all(plan.startswith("0\n") for plan in plans), out.stdout[-3000:]
+    from_file, from_flags, default = plans
+    assert "train: " in from_file and "29000 pairs" in from_file
+    assert "--vocab-size         8000\n" in from_file and "--train-steps        ?" in from_file
+    assert from_file == from_flags
+    # the default plan: the same values, marked as automatic where no flag set them
+    assert "--vocab-size         8000  (auto)" in default
+
+    def unmarked(plan):
+        return re.sub(r"  \(auto\)$", "", plan, flags=re.MULTILINE)
+
+    assert unmarked(default) == unmarked(from_file)
+    assert not os.path.exists(model_dir)  # nothing written

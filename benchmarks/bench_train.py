@@ -2,6 +2,7 @@
 
     python benchmarks/bench_train.py                 # W1 and W2, ours and the baseline
     python benchmarks/bench_train.py --workloads W1 --steps 30
+    python benchmarks/bench_train.py --workloads W1 --impls ours --jit-compile   # XLA
 
 Each (workload, implementation) runs in its own subprocess so that peak RSS and thread
 pools are its own. Both implementations train through one `model.fit` call on the same
@@ -88,7 +89,7 @@ def build_baseline(cfg):
     return keras.Model([src, tgt], logits)
 
 
-def run_one(workload: str, impl: str, steps: int, warmup: int) -> dict:
+def run_one(workload: str, impl: str, steps: int, warmup: int, xla: bool = False) -> dict:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import keras
     import numpy as np
@@ -112,7 +113,7 @@ def run_one(workload: str, impl: str, steps: int, warmup: int) -> dict:
     model.compile(
         optimizer=kt.paper_optimizer(cfg.d_model),
         loss=kt.LabelSmoothedCrossEntropy(cfg.label_smoothing),
-        jit_compile=False,
+        jit_compile=xla,  # ours: XLA per micro-batch (TrainingModel.compile)
     )
 
     times = []
@@ -129,6 +130,12 @@ def run_one(workload: str, impl: str, steps: int, warmup: int) -> dict:
     return {
         "workload": workload,
         "impl": impl,
+        "xla": xla,
+        "xla_programs": (
+            int(model._compiled_micro_batch.experimental_get_tracing_count())
+            if getattr(model, "_compiled_micro_batch", None) is not None
+            else 0
+        ),
         "params": int(net.count_params()),
         "step_s_median": round(step_s, 4),
         "target_tokens_per_s": round(b * t / step_s, 1),
@@ -149,10 +156,11 @@ def main(argv=None) -> None:
     )
     parser.add_argument("--steps", type=int, default=20, help="timed steps (median reported)")
     parser.add_argument("--warmup", type=int, default=3, help="untimed first steps")
+    parser.add_argument("--jit-compile", action="store_true", help="XLA (jit_compile=True)")
     parser.add_argument("--child", nargs=2, metavar=("WORKLOAD", "IMPL"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        print(json.dumps(run_one(*args.child, args.steps, args.warmup)))
+        print(json.dumps(run_one(*args.child, args.steps, args.warmup, args.jit_compile)))
         return
     results = []
     for workload in args.workloads:
@@ -168,6 +176,7 @@ def main(argv=None) -> None:
                 str(args.steps),
                 "--warmup",
                 str(args.warmup),
+                *(["--jit-compile"] if args.jit_compile else []),
             ]
             out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
             row[impl] = json.loads(out.strip().splitlines()[-1])

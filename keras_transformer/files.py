@@ -17,6 +17,8 @@ def check_writable_dir(path: str, flag: str) -> None:
     """Raise PathError naming `flag` unless `path` is a directory this process can write, or
     can be made one (its nearest existing ancestor is a writable directory). Nothing is
     created: a command checks its output paths before its long work, not after."""
+    if "://" in str(path):  # gs://, hdfs://, ram://...: tf.io.gfile's, checked when written
+        return
     path = os.path.abspath(os.fspath(path))
     if os.path.exists(path):
         if not os.path.isdir(path):
@@ -74,7 +76,12 @@ def write_atomic(path: str, data: bytes | str) -> None:
     half-written file; the rename is atomic on POSIX filesystems. The file gets the mode the
     umask allows (0644 under umask 022), not mkstemp's 0600: a server running as another
     user (TF Serving reading models.config, a colleague reading config.json) can read it.
+    A path with a scheme (gs://, ram://, ...) goes through `tf.io.gfile` (an object store's rename is a copy:
+    readers still never see a half-written file, only the temporary one).
     """
+    if "://" in str(path):
+        _write_gfile(str(path), data)
+        return
     folder = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
     try:
@@ -85,6 +92,23 @@ def write_atomic(path: str, data: bytes | str) -> None:
     except BaseException:
         if os.path.exists(tmp):
             os.remove(tmp)
+        raise
+
+
+def _write_gfile(path: str, data: bytes | str) -> None:
+    import uuid
+
+    import tensorflow as tf
+
+    folder, name = path.rsplit("/", 1)
+    tmp = f"{folder}/.{name}.{uuid.uuid4().hex}.tmp"
+    try:
+        with tf.io.gfile.GFile(tmp, "wb") as handle:
+            handle.write(data.encode("utf-8") if isinstance(data, str) else data)
+        tf.io.gfile.rename(tmp, path, overwrite=True)
+    except BaseException:
+        if tf.io.gfile.exists(tmp):
+            tf.io.gfile.remove(tmp)
         raise
 
 

@@ -8,6 +8,7 @@ import tensorflow as tf
 from keras_transformer.config import TransformerConfig
 from keras_transformer.layers import (
     Decoder,
+    Dropout,
     Encoder,
     LearnedPositionalEmbedding,
     PositionalEncoding,
@@ -65,7 +66,7 @@ class Transformer(keras.Model):
             self.positional = PositionalEncoding(
                 d_model=config.d_model, dtype=self.dtype_policy, name="positional"
             )
-        self.embedding_dropout = keras.layers.Dropout(
+        self.embedding_dropout = Dropout(
             config.dropout_rate, dtype=self.dtype_policy, name="embedding_dropout"
         )
         # the stacks return their attention weights too (the softmax computes them anyway):

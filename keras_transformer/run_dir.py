@@ -10,7 +10,9 @@
     metrics.jsonl    one JSON object per logged event
 
 Training (`training.trainer`), export (`serving.export_run`), the notebooks and the tests
-all go through this class, so the layout is written down once.
+all go through this class, so the layout is written down once. Every file operation goes
+through `tf.io.gfile`, so `--model-dir` may be any file system TensorFlow knows (gs://,
+s3:// with tensorflow-io, hdfs://, ram:// in tests) as well as a local path.
 """
 
 from __future__ import annotations
@@ -48,23 +50,27 @@ class Run:
     def __init__(self, model_dir: str):
         self.model_dir = os.fspath(model_dir)
 
+    def isfile(self, name: str) -> bool:
+        path = self.path(name)
+        return tf.io.gfile.exists(path) and not tf.io.gfile.isdir(path)
+
     def path(self, name: str) -> str:
         return os.path.join(self.model_dir, name)
 
     @property
     def exists(self) -> bool:
         """True once a configuration has been written (a run to resume or export)."""
-        return os.path.isfile(self.path(CONFIG_FILE))
+        return self.isfile(CONFIG_FILE)
 
     # -- configuration and tokenizer --------------------------------------------------------
 
     def read_config(self) -> dict:
         path = self.path(CONFIG_FILE)
-        if not os.path.isfile(path):
+        if not self.isfile(CONFIG_FILE):
             raise RunDirError(f"{path} not found: is {self.model_dir} a training run directory?")
         try:
-            with open(path, encoding="utf-8") as handle:
-                config = json.load(handle)
+            with tf.io.gfile.GFile(path, "rb") as handle:
+                config = json.loads(handle.read().decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as err:
             raise RunDirError(
                 f"{path} is not valid JSON ({err}): restore it, or start a new --model-dir"
@@ -74,7 +80,7 @@ class Run:
         return config
 
     def write_config(self, config: dict) -> None:
-        os.makedirs(self.model_dir, exist_ok=True)
+        tf.io.gfile.makedirs(self.model_dir)
         write_atomic(self.path(CONFIG_FILE), json.dumps(config, indent=2, sort_keys=True))
 
     def model_config(self) -> TransformerConfig:
@@ -87,13 +93,13 @@ class Run:
         from keras_transformer.data.tokenizer import SubwordTokenizer
 
         path = self.path(TOKENIZER_FILE)
-        if not os.path.isfile(path):
+        if not self.isfile(TOKENIZER_FILE):
             raise RunDirError(f"{path} not found")
         return SubwordTokenizer.load(path)
 
     def save_tokenizer(self, tokenizer) -> None:
         """Write spm.model and make it the asset that exports of this tokenizer carry."""
-        os.makedirs(self.model_dir, exist_ok=True)
+        tf.io.gfile.makedirs(self.model_dir)
         write_atomic(self.path(TOKENIZER_FILE), tokenizer.proto)
         tokenizer.model_asset = tf.saved_model.Asset(self.path(TOKENIZER_FILE))
 
@@ -166,23 +172,23 @@ class Run:
     # -- metrics ----------------------------------------------------------------------------
 
     def append_metrics(self, record: dict) -> None:
-        with open(self.path(METRICS_FILE), "a", encoding="utf-8") as handle:
+        with tf.io.gfile.GFile(self.path(METRICS_FILE), "a") as handle:
             handle.write(json.dumps(record) + "\n")
 
     def truncate_metrics(self, step: int) -> list[dict]:
         """Keep the events up to `step` (a resumed run writes the later ones again); returns
         the events kept."""
         kept = [r for r in self.read_metrics() if r.get("step", 0) <= step]
-        if os.path.isfile(self.path(METRICS_FILE)):
+        if self.isfile(METRICS_FILE):
             write_atomic(self.path(METRICS_FILE), "".join(json.dumps(r) + "\n" for r in kept))
         return kept
 
     def read_metrics(self) -> list[dict]:
-        path = self.path(METRICS_FILE)
-        if not os.path.isfile(path):
+        if not self.isfile(METRICS_FILE):
             return []
-        with open(path, encoding="utf-8") as handle:
-            return [json.loads(line) for line in handle if line.strip()]
+        with tf.io.gfile.GFile(self.path(METRICS_FILE), "rb") as handle:
+            lines = handle.read().decode("utf-8").splitlines()
+        return [json.loads(line) for line in lines if line.strip()]
 
 
 def has_averages(checkpoint_path: str) -> bool:

@@ -198,6 +198,11 @@ CASES = [
         ),
     ),
     Case(
+        "train-collective-timeout",
+        ("train.py", "--model-dir", "{tmp}/new", "--collective-timeout", "-5"),
+        ("--collective-timeout", "-5"),
+    ),
+    Case(
         "train-loss-scale-without-float16",
         ("train.py", "--model-dir", "{tmp}/new", "--initial-loss-scale", "1024"),
         ("--initial-loss-scale", "--precision mixed_float16"),

@@ -97,3 +97,40 @@ def test_atomic_writes_have_the_umasks_mode(tmp_path, umask):
     for path in (run.path("config.json"), run.path("metrics.jsonl"), tmp_path / "note.txt"):
         assert os.stat(path).st_mode & 0o777 == 0o666 & ~umask, path
     assert os.stat(run.model_dir).st_mode & 0o777 == 0o777 & ~umask
+
+
+def test_a_run_directory_on_another_gfile_file_system():
+    """--model-dir goes through tf.io.gfile (gs://, hdfs://, ...): here TensorFlow's
+    in-memory ram:// file system, which Python's open() and os.path cannot see."""
+    import uuid
+
+    from keras_transformer.data.tokenizer import SubwordTokenizer, train_sentencepiece
+    from keras_transformer.training.args import ConfigError
+    from keras_transformer.training.preparation import GAVE_UP, check_workers, wait_for
+
+    run = Run(f"ram://kt-{uuid.uuid4().hex}/run")
+    assert not run.exists
+    run.write_config({"model": kt.TransformerConfig.preset("tiny").to_dict(), "training": {}})
+    assert run.exists and run.model_config() == kt.TransformerConfig.preset("tiny")
+    assert not [n for n in tf.io.gfile.listdir(run.model_dir) if n.endswith(".tmp")]
+    words = [f"w{i} w{i * 7 % 13} w{i % 5}" for i in range(200)]
+    tokenizer = SubwordTokenizer(train_sentencepiece(words, 280))
+    run.save_tokenizer(tokenizer)
+    assert run.load_tokenizer().proto == tokenizer.proto
+    for step in (1, 2, 3):
+        run.append_metrics({"step": step, "loss": 1.0 / step})
+    assert [r["step"] for r in run.truncate_metrics(2)] == [1, 2]
+    assert [r["step"] for r in run.read_metrics()] == [1, 2]
+    model = kt.Transformer(kt.TransformerConfig.preset("tiny", vocab_size=tokenizer.vocab_size))
+    model.build()
+    manager = run.checkpoint_manager(tf.train.Checkpoint(model=model))
+    manager.save(checkpoint_number=7)
+    # (restoring from ram:// fails on a quirk of that file system: it calls "ckpt-7" a
+    # directory because files start with that name; gs:// and local paths restore)
+    assert [p.rsplit("-", 1)[1] for p in run.checkpoints()] == ["7"]
+    # a worker that gave up waiting for the chief leaves its note there too
+    with pytest.raises(ConfigError, match="--worker-wait"):
+        wait_for(run.path("never.json"), 0, run.path(GAVE_UP.format(1)))
+    with pytest.raises(ConfigError, match="worker_1 gave up"):
+        check_workers(run)
+    assert not tf.io.gfile.glob(run.path(GAVE_UP.format("*")))

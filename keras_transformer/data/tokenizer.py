@@ -166,7 +166,7 @@ class SubwordTokenizer(tf.Module):
     def __init__(self, model: bytes | str, name: str = "subword_tokenizer"):
         super().__init__(name=name)
         if isinstance(model, str):
-            with open(model, "rb") as handle:
+            with tf.io.gfile.GFile(model, "rb") as handle:  # gs://... too
                 model = handle.read()
         self._proto = model
         self.tokenizer = tf_text.SentencepieceTokenizer(

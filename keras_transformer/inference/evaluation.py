@@ -1,0 +1,186 @@
+"""Batched translation and sacreBLEU scoring (detokenized, cased), shared by the CLIs.
+
+`translate_all` is the one batched-translation loop: `translate` and `evaluate` call it on
+an export's signature, and any in-process `Translator` works the same way.
+"""
+
+from __future__ import annotations
+
+import gzip
+import logging
+import os
+import sys
+
+import sacrebleu
+
+from keras_transformer.errors import KerasTransformerError
+
+logger = logging.getLogger(__name__)
+
+
+class EvaluationError(KerasTransformerError, ValueError):
+    """A missing export or mismatched input files; the message names the path."""
+
+
+def read_lines(path: str) -> list[str]:
+    """The lines of a plain or .gz UTF-8 file, or of stdin for "-" (invalid bytes replaced
+    by U+FFFD either way), without newlines.
+
+    The rule training reads its files by (`tf.data.TextLineDataset`), for files and stdin
+    alike: lines end at "\n" only, and every "\r" is dropped (a CRLF file reads as its LF
+    twin; a stray "\r" never splits a line, so N lines in give N translations out).
+    """
+    if path == "-":
+        data = sys.stdin.buffer.read()
+    elif not os.path.isfile(path):
+        raise EvaluationError(f"{path} not found")
+    else:
+        with (gzip.open if path.endswith(".gz") else open)(path, "rb") as handle:
+            data = handle.read()
+    return split_lines(data)
+
+
+def split_lines(data: bytes) -> list[str]:
+    """`data`'s lines by `read_lines`' rule: split at "\n", "\r" dropped, UTF-8 with
+    invalid bytes replaced; a last line without "\n" counts."""
+    lines = data.decode("utf-8", errors="replace").replace("\r", "").split("\n")
+    return lines[:-1] if lines[-1] == "" else lines
+
+
+def check_output(path: str | None, flag: str = "--output") -> None:
+    """Fail now, not after the translating, if `path` cannot be written: its folder must
+    exist and be writable, and it must not be a folder."""
+    if path is None or path == "-":
+        return
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise EvaluationError(f"{flag} {path} is a directory; give a file name")
+    if not os.path.isdir(folder):
+        raise EvaluationError(f"{flag} {path}: folder {folder} does not exist; create it first")
+    if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        raise EvaluationError(f"{flag} {path} is not writable; choose another path")
+
+
+def write_lines(path: str, lines: list[str]) -> None:
+    """Write `lines` (without newlines) to `path`, or to stdout for "-"."""
+    text = "".join(line + "\n" for line in lines)
+    if path == "-":
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(text)
+
+
+def load_export(model_path: str, signature: str = "serving_default"):
+    """A signature of an exported version directory, loaded with tensorflow_text's ops."""
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
+
+    if not os.path.isfile(os.path.join(model_path, "saved_model.pb")):
+        raise EvaluationError(f"no saved_model.pb in {model_path}: is it an export version?")
+    signatures = tf.saved_model.load(model_path).signatures
+    if signature not in signatures:
+        raise EvaluationError(
+            f"{model_path} has no {signature!r} signature (it has {sorted(signatures)}): it "
+            "was exported by an earlier version; re-export with this version (kt-export)"
+        )
+    return signatures[signature]
+
+
+def length_order(sentences: list[str]) -> list[int]:
+    """Indices of `sentences`, longest first (words, then characters): batches of similar
+    lengths pad little and settle together."""
+    return sorted(
+        range(len(sentences)), key=lambda i: (-len(sentences[i].split()), -len(sentences[i]))
+    )
+
+
+def report_truncated(truncated: list[bool], what: str = "inputs") -> int:
+    """Log (warning) how many of `what` were cut to the export's input limit; that count."""
+    count = sum(map(bool, truncated))
+    if count:
+        logger.warning(
+            "%d of %d %s were longer than the export's limit (the model's max_length tokens) "
+            "and were cut: their results cover only their beginning",
+            count,
+            len(truncated),
+            what,
+        )
+    return count
+
+
+def translate_all(
+    translate_fn, sentences: list[str], batch_size: int = 64, truncated=None, **options
+) -> tuple[list[str], list[float]]:
+    """(translations, scores) of `sentences`, in their order.
+
+    `translate_fn(inputs=(b,) strings, **options)` returns {"outputs", "scores"} with a
+    first axis of b (an export's signature or a `Translator` method); an n-best output
+    keeps its first hypothesis. Each option is a scalar (the same for every sentence) or a
+    list with one value per sentence; either way the signature gets a (b,) vector of its
+    dtype (`options.DTYPES`). Inputs are sorted by length, translated in batches of
+    `batch_size` and put back in input order; a progress bar goes to stderr when there is
+    more than one batch. Inputs cut to the export's input limit (its "truncated" output,
+    absent from exports made before it) are counted in a logged warning; `truncated`, a
+    list, receives one bool per input, in input order.
+    """
+    import numpy as np
+    import tensorflow as tf
+    from tqdm import tqdm
+
+    from keras_transformer.inference.options import DTYPES
+
+    if batch_size < 1:
+        raise EvaluationError(f"batch size must be >= 1, got {batch_size}")
+
+    def vector(name, value, rows):
+        values = [value[i] for i in rows] if isinstance(value, list) else [value] * len(rows)
+        return tf.constant(values, DTYPES[name])
+
+    order = length_order(sentences)
+    texts: list[str] = [""] * len(sentences)
+    scores: list[float] = [0.0] * len(sentences)
+    cut: list[bool] = [False] * len(sentences)
+    bar = tqdm(
+        total=len(sentences),
+        unit="sent",
+        file=sys.stderr,
+        disable=len(sentences) <= batch_size,
+        mininterval=1.0,
+    )
+    with bar:
+        for start in range(0, len(order), batch_size):
+            rows = order[start : start + batch_size]
+            batch = {name: vector(name, value, rows) for name, value in options.items()}
+            out = translate_fn(inputs=tf.constant([sentences[i] for i in rows]), **batch)
+            outputs, batch_scores = out["outputs"].numpy(), out["scores"].numpy()
+            if outputs.ndim == 2:
+                outputs, batch_scores = outputs[:, 0], batch_scores[:, 0]
+            for i, text, value in zip(rows, outputs, np.asarray(batch_scores), strict=True):
+                texts[i], scores[i] = text.decode("utf-8"), float(value)
+            if "truncated" in out:
+                for i, flag in zip(rows, out["truncated"].numpy(), strict=True):
+                    cut[i] = bool(flag)
+            bar.update(len(rows))
+    report_truncated(cut)
+    if truncated is not None:
+        truncated.extend(cut)
+    return texts, scores
+
+
+def score(hypotheses: list[str], references: list[str]) -> dict:
+    """BLEU and chrF with their signatures, as a JSON-ready dict."""
+    if len(hypotheses) != len(references):
+        raise EvaluationError(f"{len(hypotheses)} hypotheses but {len(references)} references")
+    bleu = sacrebleu.metrics.BLEU()
+    chrf = sacrebleu.metrics.CHRF()
+    bleu_score = bleu.corpus_score(hypotheses, [references])
+    chrf_score = chrf.corpus_score(hypotheses, [references])
+    return {
+        "bleu": round(bleu_score.score, 2),
+        "bleu_signature": str(bleu.get_signature()),
+        "chrf": round(chrf_score.score, 2),
+        "chrf_signature": str(chrf.get_signature()),
+        "sentences": len(hypotheses),
+    }

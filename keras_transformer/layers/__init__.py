@@ -2,6 +2,7 @@
 
 from keras_transformer.layers.attention import MultiHeadAttention, ScaledDotProductAttention
 from keras_transformer.layers.decoder import Decoder, DecoderLayer
+from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.embedding import (
     LearnedPositionalEmbedding,
     PositionalEncoding,
@@ -14,6 +15,7 @@ from keras_transformer.layers.residual import Residual
 __all__ = [
     "Decoder",
     "DecoderLayer",
+    "Dropout",
     "Encoder",
     "EncoderLayer",
     "LearnedPositionalEmbedding",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
+from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.projection import add_projection, project
 
 
@@ -40,9 +41,7 @@ class PositionwiseFeedForward(keras.layers.Layer):
         self.output_kernel, self.output_bias = add_projection(
             self, "output", (self.d_ff, self.d_model)
         )
-        self.dropout = keras.layers.Dropout(
-            self.ffn_dropout, dtype=self.dtype_policy, name="dropout"
-        )
+        self.dropout = Dropout(self.ffn_dropout, dtype=self.dtype_policy, name="dropout")
         self.built = True
 
     def call(self, inputs, training=None):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import keras
 
+from keras_transformer.layers.dropout import Dropout
+
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class Residual(keras.layers.Layer):
@@ -61,9 +63,7 @@ class Residual(keras.layers.Layer):
             epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name="norm"
         )
         self.norm.build(input_shape)
-        self.dropout = keras.layers.Dropout(
-            self.dropout_rate, dtype=self.dtype_policy, name="dropout"
-        )
+        self.dropout = Dropout(self.dropout_rate, dtype=self.dtype_policy, name="dropout")
         self.built = True
 
     def call(self, inputs, *args, training=None, **kwargs):

@@ -9,6 +9,7 @@ import keras
 import tensorflow as tf
 
 from keras_transformer.layers import masks
+from keras_transformer.layers.dropout import Dropout
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -39,9 +40,7 @@ class ScaledDotProductAttention(keras.layers.Layer):
         self.attention_dropout = attention_dropout
 
     def build(self, input_shape=None):
-        self.dropout = keras.layers.Dropout(
-            self.attention_dropout, dtype=self.dtype_policy, name="dropout"
-        )
+        self.dropout = Dropout(self.attention_dropout, dtype=self.dtype_policy, name="dropout")
         self.built = True
 
     def call(self, query, key, value, attention_mask=None, training=None):

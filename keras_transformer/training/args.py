@@ -114,8 +114,9 @@ class TrainArgs:
     micro_batch_memory: float | None = flag(
         None,
         "GiB per replica that one micro-batch's training step may keep (estimated from the "
-        "vocabulary, the preset and --max-length); bounds the automatic --accum-steps",
-        auto=f"{MICRO_BATCH_MEMORY_GIB:g}",
+        "vocabulary, the preset, --max-length and --precision); bounds the automatic "
+        "--accum-steps",
+        auto=f"a quarter of the GPU's memory; {MICRO_BATCH_MEMORY_GIB:g} without a GPU",
     )
     max_length: int = flag(128, "longest source or target in tokens; longer pairs are dropped")
     epochs: int | None = flag(None, "train for N epochs (sets --train-steps)")
@@ -149,7 +150,11 @@ class TrainArgs:
         None, "residual dropout", auto="the preset's; at least 0.2 for a small corpus"
     )
     label_smoothing: float | None = flag(None, "epsilon_ls", auto="0.1")
-    jit_compile: bool = flag(False, "XLA (measure first: slower on CPU)")
+    jit_compile: bool = flag(
+        False,
+        "XLA on each replica's forward and backward pass of a micro-batch (every strategy; "
+        "one compilation per micro-batch shape and replica; measure first: slower on CPU)",
+    )
     # -- fine-tuning and weight averaging (training.fine_tune, training.ema) --
     init_from: str | None = flag(
         None,
@@ -171,6 +176,23 @@ class TrainArgs:
     seed: int = flag(0, "seed of the weights, the data order and dropout")
     verbose: int | None = flag(
         None, "Keras fit verbosity", (0, 1, 2), auto="1 on a terminal, else 2"
+    )
+    # -- clusters and devices (training.strategy, training.preemption) --
+    collective_timeout: float | None = flag(
+        None,
+        "--strategy multi_worker: seconds a collective may wait for a peer before the job "
+        "fails with DeadlineExceededError instead of hanging (TensorFlow starts a watch "
+        "thread per collective for it)",
+        auto="no timeout",
+    )
+    gpu_memory_growth: bool = flag(
+        False, "allocate GPU memory as needed instead of all of it at start (shared GPUs)"
+    )
+    deterministic: bool = flag(
+        False,
+        "op determinism on GPUs (tf.config.experimental.enable_op_determinism) and no "
+        "TensorFloat-32 matmuls: the same command gives the same weights on the same GPUs; "
+        "slower (CPU training is deterministic without it)",
     )
 
 

@@ -70,14 +70,21 @@ class CheckpointEvery(keras.callbacks.Callback):
 
     tf.train.CheckpointManager writes the index and data files first and only then updates
     its state file, so a run killed mid-save restarts from the previous complete checkpoint.
+
+    In a multi-worker job only the chief writes (`enabled`): every variable of the
+    checkpoint is mirrored (identical on every worker, read without a collective), so the
+    other workers' copies would be dead files.
     """
 
-    def __init__(self, manager, state: StepState, every: int, guard: NonFiniteLossGuard):
+    def __init__(
+        self, manager, state: StepState, every: int, guard: NonFiniteLossGuard, enabled=True
+    ):
         super().__init__()
         self.manager, self.state, self.every, self.guard = manager, state, every, guard
+        self.enabled = enabled
 
     def _save(self):
-        if self.guard.failed_step is not None:  # never save a NaN state over good ones
+        if self.guard.failed_step is not None or not self.enabled:  # never save a NaN state
             return
         step = self.state.step
         if step == 0:  # float16 loss scaling skipped every step so far: nothing to keep
@@ -85,6 +92,11 @@ class CheckpointEvery(keras.callbacks.Callback):
         if self.manager.latest_checkpoint and self.manager.latest_checkpoint.endswith(f"-{step}"):
             return
         self.manager.save(checkpoint_number=step)
+
+    def save(self) -> str | None:
+        """Save now (the chief; nothing elsewhere); the newest checkpoint's path."""
+        self._save()
+        return self.manager.latest_checkpoint if self.enabled else None
 
     def on_train_batch_end(self, batch, logs=None):
         # an epoch's last batch is saved at the epoch's end instead, after the epoch-end work

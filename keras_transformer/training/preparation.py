@@ -8,11 +8,12 @@ them back and refuses flags that would change it.
 from __future__ import annotations
 
 import dataclasses
-import glob
 import logging
 import math
 import os
 import time
+
+import tensorflow as tf
 
 from keras_transformer.config import UNK_ID, TransformerConfig
 from keras_transformer.data import (
@@ -98,10 +99,10 @@ def settle(run_dir: Run, args: TrainArgs, train, task: int | None = None, replic
 
 def check_workers(run_dir: Run) -> None:
     """The chief stops when a worker gave up waiting for it (and clears the note)."""
-    notes = sorted(glob.glob(run_dir.path(GAVE_UP.format("*"))))
+    notes = sorted(tf.io.gfile.glob(run_dir.path(GAVE_UP.format("*"))))
     if notes:
         for note in notes:
-            os.remove(note)
+            tf.io.gfile.remove(note)
         raise ConfigError(
             f"{', '.join(os.path.basename(n).split('.')[0] for n in notes)} gave up waiting for "
             f"this chief (--worker-wait) and exited: start every worker again, with a larger "
@@ -255,9 +256,9 @@ def wait_for(path: str, timeout: float, gave_up: str) -> None:
     """A non-chief worker waits for the chief to write the run's config.json; when it gives
     up it writes `gave_up` (read by the chief) and says so."""
     deadline = time.monotonic() + timeout
-    while not os.path.isfile(path):
+    while not tf.io.gfile.exists(path):  # the run directory may be gs://...
         if time.monotonic() > deadline:
-            os.makedirs(os.path.dirname(gave_up), exist_ok=True)
+            tf.io.gfile.makedirs(os.path.dirname(gave_up))
             write_atomic(gave_up, f"gave up after {timeout:.0f} s\n")
             raise ConfigError(
                 f"waited {timeout:.0f} s (--worker-wait) for the chief worker to write {path}: "

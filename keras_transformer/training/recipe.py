@@ -126,7 +126,9 @@ def split_update(out: TrainSettings, update_tokens: int, replicas: int) -> None:
         out.accum_steps = out.accum_steps or 1
         return
     if out.accum_steps is None:
-        fits = tokens_that_fit(out.micro_batch_memory, out.preset, out.vocab_size, out.max_length)
+        fits = tokens_that_fit(
+            out.micro_batch_memory, out.preset, out.vocab_size, out.max_length, out.precision
+        )
         out.accum_steps = fewest_micro_batches(update_tokens, fits * replicas)
     out.batch_tokens = math.ceil(update_tokens / out.accum_steps)
 

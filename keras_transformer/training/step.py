@@ -110,11 +110,48 @@ class TrainingModel(keras.Model):
             self.data_next.assign(last_position(data[2]) + 1)
         return self._record_loss(loss_sum, local_tokens)
 
+    def compile(self, *args, jit_compile=False, **kwargs):
+        """Keras' compile; `jit_compile=True` compiles each micro-batch's forward and
+        backward pass with XLA (`micro_batch_gradients`), not the whole step.
+
+        Keras' own `jit_compile` puts the whole distributed step, all-reduce included, in one
+        XLA cluster: under MirroredStrategy that fails at the first step ("Trying to access
+        resource ... located in device CPU:1 from device CPU:0", keras-team/keras#20763), and
+        XLA drops the control dependencies that run the micro-batches one after the other,
+        so k micro-batches peak like one k-times-larger batch. Compiling the per-replica
+        forward and backward pass only (as OpenNMT-tf does) keeps the all-reduce and the
+        accumulation loop in TensorFlow's graph: one XLA program per micro-batch shape,
+        launched k times in sequence.
+        """
+        self.xla_micro_batches = jit_compile is True
+        self._compiled_micro_batch = None
+        super().compile(*args, jit_compile=False, **kwargs)
+
+    def micro_batch_gradients(self, src, tgt_in, tgt_out, global_tokens):
+        """(gradients, loss sum, logits) of one micro-batch: the loss divided by the global
+        token count and multiplied by the loss scale."""
+        with tf.GradientTape() as tape:
+            logits = self.transformer((src, tgt_in), training=True)
+            loss_sum, _ = self._token_loss().sum_and_count(tgt_out, logits)
+            scaled = self.optimizer.scale_loss(loss_sum / global_tokens)
+        grads = tape.gradient(scaled, self.transformer.trainable_variables)
+        # dense gradients: the embedding's IndexedSlices (one per lookup) cannot be
+        # all-reduced across replicas whose batches differ in shape
+        return [tf.convert_to_tensor(g) for g in grads], loss_sum, logits
+
+    def _micro_batch_fn(self):
+        if not getattr(self, "xla_micro_batches", False):
+            return self.micro_batch_gradients
+        if self._compiled_micro_batch is None:
+            self._compiled_micro_batch = tf.function(
+                self.micro_batch_gradients, jit_compile=True, reduce_retracing=True
+            )
+        return self._compiled_micro_batch
+
     def compute_gradients(self, source_ids, target_in_ids, target_out_ids, global_tokens):
         """Summed gradients of this replica's micro-batches, loss already divided by the
         global token count and multiplied by the loss scale; returns (grads, loss sum)."""
-        loss_fn = self._token_loss()
-        variables = self.transformer.trainable_variables
+        micro_batch = self._micro_batch_fn()
         k = self.accum_steps
         summed, loss_total = None, 0.0
         for i in range(k):  # a static loop: micro-batch i takes rows i, i+k, i+2k, ...
@@ -122,16 +159,11 @@ class TrainingModel(keras.Model):
             src, tgt_in, tgt_out = source_ids[rows], target_in_ids[rows], target_out_ids[rows]
             if summed is not None:
                 # one micro-batch at a time: this one starts after the last one's gradients,
-                # so only one micro-batch's activations are alive (the point of accumulating)
+                # so only one micro-batch's activations are alive (the point of accumulating;
+                # with XLA each micro-batch is one compiled program, launched in this order)
                 with tf.control_dependencies(summed):
                     src, tgt_in, tgt_out = (tf.identity(t) for t in (src, tgt_in, tgt_out))
-            with tf.GradientTape() as tape:
-                logits = self.transformer((src, tgt_in), training=True)
-                loss_sum, _ = loss_fn.sum_and_count(tgt_out, logits)
-                scaled = self.optimizer.scale_loss(loss_sum / global_tokens)
-            # dense gradients: the embedding's IndexedSlices (one per lookup) cannot be
-            # all-reduced across replicas whose batches differ in shape
-            grads = [tf.convert_to_tensor(g) for g in tape.gradient(scaled, variables)]
+            grads, loss_sum, logits = micro_batch(src, tgt_in, tgt_out, global_tokens)
             summed = grads if summed is None else [a + b for a, b in zip(summed, grads)]
             loss_total += loss_sum
             self._update_token_metrics(tgt_out, logits)

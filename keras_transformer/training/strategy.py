@@ -34,8 +34,43 @@ def split_cpu(num_devices: int) -> None:
         raise StrategyError(f"--cpu-devices must be set before TensorFlow starts: {err}") from None
 
 
-def make_strategy(name: str) -> tf.distribute.Strategy:
-    """default | one_device | mirrored (all GPUs, else all logical CPUs) | multi_worker | tpu."""
+def configure_devices(*, memory_growth: bool = False, deterministic: bool = False) -> None:
+    """--gpu-memory-growth and --deterministic; before TensorFlow initializes the GPUs.
+
+    `deterministic`: every op picks a deterministic kernel (or raises when it has none),
+    and float32 matmuls and convolutions stop using TensorFloat-32 (on by default on
+    Ampere and later GPUs: 10-bit mantissas inside float32 ops).
+    """
+    if memory_growth:
+        for gpu in tf.config.list_physical_devices("GPU"):
+            try:
+                tf.config.experimental.set_memory_growth(gpu, True)
+            except RuntimeError as err:
+                raise StrategyError(
+                    f"--gpu-memory-growth must be set before TensorFlow starts: {err}"
+                ) from None
+    if deterministic:
+        tf.config.experimental.enable_op_determinism()
+        tf.config.experimental.enable_tensor_float_32_execution(False)
+
+
+def communication_options(timeout_seconds: float | None = None):
+    """The collectives of a multi-worker job: NCCL when this worker has GPUs, RING (gRPC)
+    otherwise (NCCL runs on GPUs only); `timeout_seconds` (None or 0: wait forever) makes a
+    collective that waits longer for a peer fail with DeadlineExceededError instead of
+    hanging the job (TensorFlow starts one watch thread per collective for it)."""
+    implementation = tf.distribute.experimental.CommunicationImplementation
+    gpus = tf.config.list_physical_devices("GPU")
+    return tf.distribute.experimental.CommunicationOptions(
+        implementation=implementation.NCCL if gpus else implementation.RING,
+        timeout_seconds=timeout_seconds or None,
+    )
+
+
+def make_strategy(name: str, collective_timeout: float | None = None) -> tf.distribute.Strategy:
+    """default | one_device | mirrored (all GPUs, else all logical CPUs) | multi_worker | tpu.
+
+    `collective_timeout`: seconds a multi-worker collective may wait for its peers."""
     if name not in STRATEGIES:
         raise StrategyError(f"unknown --strategy {name!r}; choose from {', '.join(STRATEGIES)}")
     if name == "default":
@@ -47,7 +82,9 @@ def make_strategy(name: str) -> tf.distribute.Strategy:
             json.loads(os.environ["TF_CONFIG"])
         except json.JSONDecodeError as err:
             raise StrategyError(f"TF_CONFIG is not valid JSON: {err}") from None
-        return tf.distribute.MultiWorkerMirroredStrategy()
+        return tf.distribute.MultiWorkerMirroredStrategy(
+            communication_options=communication_options(collective_timeout)
+        )
     gpus = tf.config.list_logical_devices("GPU")
     if name == "one_device":
         return tf.distribute.OneDeviceStrategy(gpus[0].name if gpus else "/cpu:0")
@@ -61,13 +98,10 @@ def make_strategy(name: str) -> tf.distribute.Strategy:
 
 
 def is_chief(strategy: tf.distribute.Strategy) -> bool:
-    """True unless this is a non-chief worker of a multi-worker job."""
-    resolver = getattr(strategy, "cluster_resolver", None)
-    if resolver is None or not getattr(resolver, "task_type", None):
-        return True
-    return resolver.task_type == "chief" or (
-        resolver.task_type == "worker" and resolver.task_id == 0
-    )
+    """TensorFlow's own answer (`strategy.extended.should_checkpoint`): True on one machine;
+    in a multi-worker job, the task of type "chief" when TF_CONFIG has one (Kubeflow's TFJob,
+    Vertex AI), else worker 0 (tensorflow/python/distribute/multi_worker_util.is_chief)."""
+    return bool(strategy.extended.should_checkpoint)
 
 
 def set_precision(name: str) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-import os
 import sys
 
 import keras
@@ -26,6 +25,7 @@ from keras_transformer.training import callbacks as cb
 from keras_transformer.training import ema, fine_tune
 from keras_transformer.training.args import INITIAL_LOSS_SCALE, TrainSettings, describe
 from keras_transformer.training.plan import Plan
+from keras_transformer.training.preemption import PreemptionSave
 from keras_transformer.training.preparation import (
     check_tag_symbol,
     load_data,
@@ -43,32 +43,31 @@ logger = logging.getLogger(__name__)
 
 @dataclasses.dataclass(frozen=True)
 class Job:
-    """Where this process trains: the strategy, its worker index (None for the chief), the
-    chief's run directory (config.json, spm.model, checkpoints) and its own (metrics of a
-    worker)."""
+    """Where this process trains: the strategy, its worker index (None for the chief, as
+    TensorFlow decides) and the chief's run directory (config.json, spm.model, checkpoints,
+    metrics), which only the chief writes: every variable of a checkpoint is mirrored, the
+    other workers' copies would be dead files."""
 
     strategy: tf.distribute.Strategy
     task: int | None
     shared: Run
-    own: Run
 
     @property
     def chief(self) -> bool:
         return self.task is None
 
     @classmethod
-    def start(cls, model_dir: str, strategy_name: str) -> Job:
-        strategy = make_strategy(strategy_name)  # first: collective ops are set up at startup
+    def start(cls, model_dir: str, strategy_name: str, collective_timeout=None) -> Job:
+        # first: collective ops are set up at startup
+        strategy = make_strategy(strategy_name, collective_timeout)
         task = None if is_chief(strategy) else _task_id(strategy)
-        shared = Run(model_dir)
-        own = shared if task is None else Run(os.path.join(model_dir, f"worker_{task}"))
-        return cls(strategy, task, shared, own)
+        return cls(strategy, task, Run(model_dir))
 
 
 def train(plan: Plan) -> dict:
     """Train (or resume) the run in `plan.args.model_dir`; returns a summary dict."""
     args = plan.args
-    job = Job.start(args.model_dir, args.strategy)
+    job = Job.start(args.model_dir, args.strategy, args.collective_timeout)
     keras.utils.set_random_seed(args.seed)  # before any tokenizer: it clears the kernel cache
     train_data, valid = load_data(plan)
     logger.info("train: %s\nvalidation: %s", train_data.report(), valid.report())
@@ -80,10 +79,10 @@ def train(plan: Plan) -> dict:
 
     with job.strategy.scope():
         model = build_model(job.shared.model_config(), settings)
-    metrics = cb.MetricsLogger(job.own, cb.StepState(model), settings.log_every, job.chief)
+    metrics = cb.MetricsLogger(job.shared, cb.StepState(model), settings.log_every, job.chief)
     progress = cb.BleuProgress()
     checkpoint = training_checkpoint(model, progress)
-    manager = job.own.checkpoint_manager(checkpoint, max_to_keep=settings.keep_checkpoints)
+    manager = job.shared.checkpoint_manager(checkpoint, max_to_keep=settings.keep_checkpoints)
     guard = cb.NonFiniteLossGuard(manager)
     bleu = make_bleu_callback(
         job, settings, model, tokenizer, valid, metrics=metrics, guard=guard, progress=progress
@@ -101,8 +100,11 @@ def train(plan: Plan) -> dict:
     subword = subword_sampler(tokenizer, settings.subword_alpha)  # training sentences only
     data_from = training_stream(train_data, tokenizer, settings, stats, subword)
     valid_batches = validation_batches(valid, tokenizer, settings)
-    callbacks = make_callbacks(settings, manager, model, guard, [metrics, bleu])
-    fit_to_step(model, data_from, valid_batches, callbacks, settings)
+    callbacks = make_callbacks(settings, manager, model, guard, [metrics, bleu], job)
+    try:
+        fit_to_step(model, data_from, valid_batches, callbacks, settings)
+    finally:
+        callbacks[-1].close()  # the PreemptionSave
     report_dropped(stats, settings)
     return summarize(job.shared, settings, model, bleu)
 
@@ -210,8 +212,8 @@ def report_dropped(stats: PipelineStats, settings: TrainSettings) -> None:
 def restore(shared: Run, checkpoint, model, bleu, metrics) -> bool:
     """Resume from the chief's newest checkpoint, on every worker; False when there is none.
 
-    The chief's checkpoints are the truth: a worker killed between the chief's save and its
-    own would otherwise restart from another step (and call collectives at other steps).
+    Only the chief writes checkpoints; every worker restores the chief's newest one, so all
+    restart at the same step (and call their collectives at the same steps).
     `best/` keeps its own score; the larger of it and the checkpoint's is the best so far.
     metrics.jsonl loses the events past the restored step (the resumed run writes them again).
     """
@@ -275,16 +277,19 @@ def make_bleu_callback(
     )
 
 
-def make_callbacks(settings, manager, model, guard, evaluation: list) -> list:
+def make_callbacks(settings, manager, model, guard, evaluation: list, job: Job) -> list:
     """Keras runs callbacks in this order: a checkpoint taken at an evaluation step must
-    already hold that evaluation's best score."""
+    already hold that evaluation's best score. The chief alone saves checkpoints; after a
+    SIGTERM to any worker, every worker stops at the same batch, the chief saves there."""
     state = cb.StepState(model)
+    checkpoints = cb.CheckpointEvery(manager, state, settings.checkpoint_every, guard, job.chief)
     return [
         guard,
         *evaluation,
         *cb.kill_switch(state),  # tests only ($KT_KILL_AT)
-        cb.CheckpointEvery(manager, state, settings.checkpoint_every, guard),
+        checkpoints,
         cb.StopAtStep(state, settings.train_steps),
+        PreemptionSave(job.strategy, lambda: int(model.data_position.numpy()), checkpoints.save),
     ]
 
 

@@ -51,6 +51,11 @@ def check_values(args: TrainArgs) -> None:
         raise ConfigError(
             f"--micro-batch-memory must be a positive number of GiB, got {args.micro_batch_memory!r}"
         )
+    if args.collective_timeout is not None and not args.collective_timeout > 0:
+        raise ConfigError(
+            f"--collective-timeout must be a positive number of seconds, got "
+            f"{args.collective_timeout!r}"
+        )
     if args.lr_scale is not None and not args.lr_scale > 0:
         raise ConfigError(f"--lr-scale must be positive, got {args.lr_scale!r}")
     if args.epochs is not None and args.train_steps is not None:

@@ -272,47 +272,16 @@ def assert_same_variables(first, second, tolerance=0.0):
 def test_multi_worker_two_processes(tmp_path, multi30k_dir):
     """Two local workers: the non-chief waits for the chief's tokenizer, and early stopping
     on patience stops both at the same step (a chief-only decision would leave worker 1
-    blocked in a collective)."""
+    blocked in a collective). Only the chief writes: no worker_1 directory, no dead
+    checkpoints."""
     model_dir = tmp_path / "mw"
     args = ["--train-steps", "12", "--steps-per-epoch", "6", "--checkpoint-every", "3",
             "--eval-every", "3", "--patience", "1"]  # fmt: skip
     outputs = run_workers(model_dir, multi30k_dir, *args)
     assert "early stopping" in outputs[0]
-    assert not os.path.exists(model_dir / "worker_1" / "spm.model")  # the chief's is used
-    chief = Run(str(model_dir)).checkpoints()[-1]
-    other = Run(str(model_dir / "worker_1")).checkpoints()[-1]
-    stop = int(chief.rsplit("-", 1)[1])
-    assert stop < 12 and other.endswith(f"ckpt-{stop}")
-    assert_same_variables(chief, other)
-
-
-MULTI_RESUME = ["--steps-per-epoch", "6", "--checkpoint-every", "3", "--eval-every", "3",
-                "--warmup-steps", "10"]  # fmt: skip
-
-
-@pytest.mark.slow
-def test_multi_worker_resume_after_a_kill_between_the_two_saves(tmp_path, multi30k_dir):
-    """Worker 1's newest checkpoint is lost (killed between the chief's save and its own):
-    on restart every worker takes the chief's step, and both end with the weights of the
-    same two-worker run left alone (dropout on: the replicas' RNG states are restored too)."""
-    alone, killed = tmp_path / "alone", tmp_path / "killed"
-    run_workers(alone, multi30k_dir, "--train-steps", "9", *MULTI_RESUME)
-    run_workers(killed, multi30k_dir, "--train-steps", "6", *MULTI_RESUME)
-    worker = Run(str(killed / "worker_1"))
-    assert worker.checkpoints()[-1].endswith("ckpt-6")
-    folder = killed / "worker_1" / "checkpoints"
-    for path in folder.glob("ckpt-6.*"):
-        path.unlink()
-    tf.compat.v1.train.update_checkpoint_state(
-        str(folder), "ckpt-3", all_model_checkpoint_paths=["ckpt-3"]
-    )
-    assert worker.checkpoints()[-1].endswith("ckpt-3")
-    outputs = run_workers(killed, multi30k_dir, "--train-steps", "9", *MULTI_RESUME)
-    assert all("at step 6" in out for out in outputs)
-    final = [Run(str(d)).checkpoints()[-1] for d in (alone, killed, killed / "worker_1")]
-    assert all(path.endswith("ckpt-9") for path in final)
-    assert_same_variables(final[1], final[2])  # the two workers agree...
-    assert_same_variables(final[0], final[1], tolerance=1e-4)  # ...with the run left alone
+    assert not os.path.exists(model_dir / "worker_1")  # the chief's tokenizer is used
+    stop = int(Run(str(model_dir)).checkpoints()[-1].rsplit("-", 1)[1])
+    assert stop < 12
 
 
 def test_a_worker_that_gives_up_stops_the_chief(tmp_path):

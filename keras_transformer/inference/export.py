@@ -122,7 +122,8 @@ def warmup_record(
     inputs = {} if sentences is None else {"inputs": list(sentences)}
     for name, values in {**inputs, **(options or {})}.items():
         dtype = DTYPES.get(name, tf.string)
-        tensor = tf.make_tensor_proto(list(values), dtype=dtype).SerializeToString()
+        values = values if isinstance(values, np.ndarray) else list(values)  # shapes: (N, 5)
+        tensor = tf.make_tensor_proto(values, dtype=dtype).SerializeToString()
         request += _field(2, _field(1, name.encode()) + _field(2, tensor))  # a map entry
     return _field(6, _field(1, request))
 

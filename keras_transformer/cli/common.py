@@ -23,6 +23,15 @@ def add_log_level_flag(parser: argparse.ArgumentParser, stream: str = "stdout") 
     )
 
 
+def parse_data_command(parser: argparse.ArgumentParser, argv=None) -> argparse.Namespace:
+    """Parse the flags of a command whose stdout is data (kt-translate, kt-evaluate,
+    kt-score): adds `--log-level`, then logs to stderr prefixed with the command's name."""
+    add_log_level_flag(parser, "stderr")
+    args = parser.parse_args(argv)
+    setup_logging(args.log_level, sys.stderr, parser.prog)
+    return args
+
+
 class _Format(logging.Formatter):
     """INFO lines as the message alone (as the commands always printed them); other levels
     prefixed with their name (`WARNING: ...`), or, for a command whose stdout is data, with

@@ -18,10 +18,9 @@ import time
 from keras_transformer.cli.common import (
     ArgumentParser,
     add_decoding_flags,
-    add_log_level_flag,
     decoder,
     flag_error,
-    setup_logging,
+    parse_data_command,
 )
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -46,9 +45,7 @@ def main(argv=None, prog: str = "kt-evaluate") -> int:
     parser.add_argument("--src", required=True, help="source sentences (plain or .gz)")
     parser.add_argument("--ref", required=True, help="reference translations (plain or .gz)")
     parser.add_argument("--output", help="also write the translations here")
-    add_log_level_flag(parser, "stderr")
-    args = parser.parse_args(argv)
-    setup_logging(args.log_level, sys.stderr, prog)  # stdout is the command's output
+    args = parse_data_command(parser, argv)  # stdout is the command's output
 
     from keras_transformer.errors import KerasTransformerError
     from keras_transformer.inference.evaluation import (

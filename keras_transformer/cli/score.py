@@ -18,9 +18,8 @@ import sys
 
 from keras_transformer.cli.common import (
     ArgumentParser,
-    add_log_level_flag,
     flag_error,
-    setup_logging,
+    parse_data_command,
 )
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -52,9 +51,7 @@ def main(argv=None, prog: str = "kt-score") -> int:
     parser.add_argument("--tgt", required=True, help="their translations (plain or .gz)")
     parser.add_argument("--batch-size", type=int, default=64, help="sentence pairs per request")
     parser.add_argument("--output", default="-", help="where to write (default: stdout)")
-    add_log_level_flag(parser, "stderr")
-    args = parser.parse_args(argv)
-    setup_logging(args.log_level, sys.stderr, prog)  # stdout is the command's output
+    args = parse_data_command(parser, argv)  # stdout is the command's output
 
     from keras_transformer.errors import KerasTransformerError
     from keras_transformer.inference.evaluation import (

@@ -19,11 +19,10 @@ import sys
 from keras_transformer.cli.common import (
     ArgumentParser,
     add_decoding_flags,
-    add_log_level_flag,
     add_sampling_flags,
     decoder,
     flag_error,
-    setup_logging,
+    parse_data_command,
 )
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -40,9 +39,7 @@ def main(argv=None, prog: str = "kt-translate") -> int:
     parser.add_argument(
         "--prefix-file", help='one target prefix per input line ("" = none): outputs start with it'
     )
-    add_log_level_flag(parser, "stderr")
-    args = parser.parse_args(argv)
-    setup_logging(args.log_level, sys.stderr, prog)  # stdout is the command's output
+    args = parse_data_command(parser, argv)  # stdout is the command's output
 
     from keras_transformer.errors import KerasTransformerError
     from keras_transformer.inference.evaluation import (

@@ -18,7 +18,11 @@ decoders in interleaved rounds (each decoder once per round, in turn). Prints JS
 sentences/s (median over the rounds), our speed relative to each CTranslate2 compute type
 (the median of the per-round ratios, and their range), the CPU's ISA flags. `--env
 NAME=VALUE` sets a variable in our export's process only (a server setting to compare with
-the `--baseline` run without it, e.g. TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1).
+the `--baseline` run without it, e.g. TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1). `--xla` exports
+ours with `export.py --xla` (the search compiled by XLA, in segments); `--baseline .` then
+times the default export of this same checkout beside it and counts the outputs that differ.
+`--dtype bfloat16` (or float16) exports ours with `export.py --dtype` (the same float32
+weights, computed in that precision): compare it with CTranslate2 int8.
 """
 
 from __future__ import annotations
@@ -253,6 +257,20 @@ def parse_args(argv=None) -> argparse.Namespace:
         "nor CTranslate2's), e.g. TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1; repeatable",
     )
     parser.add_argument(
+        "--xla",
+        action="store_true",
+        help="ours exported with export.py --xla (the search compiled by XLA; its shapes "
+        "compile in the untimed first pass); with --baseline, the default export of the "
+        "baseline checkout (e.g. this one) is timed and compared beside it",
+    )
+    parser.add_argument(
+        "--dtype",
+        default="float32",
+        choices=("float32", "bfloat16", "float16"),
+        help="ours exported with export.py --dtype (compute precision; the weights stay "
+        "float32); the baseline, if any, stays float32",
+    )
+    parser.add_argument(
         "--baseline",
         help="a checkout of another version of the code (e.g. git worktree add ../base main): "
         "its export of the same run is timed beside ours and its outputs compared with ours",
@@ -291,12 +309,13 @@ def environment(items: list[str]):
         os.environ.update(saved)
 
 
-def export_run(args, code: str, export_dir: str) -> str:
-    """Export --run with the export.py of the checkout `code` (its package imported);
-    returns the version directory."""
+def export_run(args, code: str, export_dir: str, xla: bool = False, dtype="float32") -> str:
+    """Export --run with the export.py of the checkout `code` (its package imported), with
+    `--xla` if `xla` and `--dtype` unless float32; returns the version directory."""
     subprocess.run(
         [sys.executable, os.path.join(code, "export.py"), "--model-dir", args.run,
-         "--export-dir", export_dir, "--average-last", str(args.average_last)],
+         "--export-dir", export_dir, "--average-last", str(args.average_last),
+         *(["--xla"] if xla else []), *(["--dtype", dtype] if dtype != "float32" else [])],
         check=True, stdout=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": code},
     )  # fmt: skip
     return os.path.join(export_dir, "transformer", "1")
@@ -309,7 +328,7 @@ def prepare(args, tmp: str) -> tuple[str, str, str, int]:
 
     from keras_transformer.run_dir import load_trained
 
-    export = export_run(args, ROOT, os.path.join(tmp, "export"))
+    export = export_run(args, ROOT, os.path.join(tmp, "export"), xla=args.xla, dtype=args.dtype)
     model, tokenizer, _ = load_trained(args.run, average_last=args.average_last)
     same_weights(model, export)
     spm_model = os.path.join(tmp, "spm.model")
@@ -406,6 +425,8 @@ def main(argv=None) -> None:
         "isa_flags": isa_flags(),
         "tensorflow": tf.__version__,
         "ours_env": args.env,
+        "ours_xla": args.xla,
+        "ours_dtype": args.dtype,
         "ctranslate2": ctranslate2.__version__,
         "agreement_with_ctranslate2": check,
         "sentences_per_s": {

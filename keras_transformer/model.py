@@ -145,7 +145,7 @@ class Transformer(keras.Model):
 
     # -- incremental decoding --------------------------------------------------------------
 
-    def init_cache(self, memory, source_ids):
+    def init_cache(self, memory, source_ids, fixed_capacity=False):
         """Decoder state for `decode_step`, for the B sentences of `memory`.
 
         Returns a nested dict:
@@ -161,6 +161,12 @@ class Transformer(keras.Model):
             made once instead of at every step.
         The self-attention cache grows with the output (one position per step) instead of
         being allocated for the longest one.
+
+        With `fixed_capacity` (for XLA, whose loops need static shapes), the cache has room
+        for a fixed number of steps C instead, 0 here (`grow_cache` makes room): "slots"
+        (N, C) holds -1 where no step has been written yet, and each layer's "self" entry is
+        {"buffer_k", "buffer_v"} (B, h, C G, d_k / d_v) (see attention_cache.py). The
+        outputs equal those of the growing cache (the positions not written are masked).
         """
         cfg = self.config
         batch = tf.shape(memory)[0]
@@ -175,17 +181,35 @@ class Transformer(keras.Model):
                 "memory_mask": masks.key_padding_mask(tf.convert_to_tensor(source_ids, tf.int32)),
                 "cross": self.decoder.project_memory(memory),
                 "self": {
-                    f"layer_{i}": {
-                        "k": empty(d_k),
-                        "v": empty(d_v),
-                        "recent_k": empty(d_k),
-                        "recent_v": empty(d_v),
-                    }
+                    f"layer_{i}": (
+                        {"buffer_k": empty(d_k), "buffer_v": empty(d_v)}
+                        if fixed_capacity
+                        else {
+                            "k": empty(d_k),
+                            "v": empty(d_v),
+                            "recent_k": empty(d_k),
+                            "recent_v": empty(d_v),
+                        }
+                    )
                     for i in range(cfg.num_layers)
                 },
             },
             "constant": {"output_kernel": self.embedding.output_kernel()},
         }
+
+    def grow_cache(self, cache, capacity):
+        """A fixed-capacity cache (`init_cache(..., fixed_capacity=True)`) with room for
+        `capacity` steps (scalar int, >= its current capacity): the steps written so far
+        keep their positions, the new ones are empty."""
+        slots = cache["rows"]["slots"]
+        sentence = cache["sentence"]
+        group = tf.shape(slots)[0] // tf.shape(sentence["memory_mask"])[0]
+        more = capacity - tf.shape(slots)[1]
+        slots = tf.pad(slots, [[0, 0], [0, more]], constant_values=-1)
+        grown = tf.nest.map_structure(
+            lambda t: tf.pad(t, [[0, 0], [0, 0], [0, more * group], [0, 0]]), sentence["self"]
+        )
+        return {**cache, "rows": {"slots": slots}, "sentence": {**sentence, "self": grown}}
 
     def decode_step(self, ids_t, step, cache):
         """ids_t (N,) int32 at position `step` -> (logits (N, V) float32, updated cache).
@@ -193,14 +217,20 @@ class Transformer(keras.Model):
         N is the cache's B sentences times G rows each (G consecutive rows per sentence:
         beam search's beams; G = 1 for one hypothesis per sentence). Each row attends to
         the keys of its own history (`cache["rows"]["slots"]`), so beam search reorders
-        only "rows" and never copies the keys and values.
+        only "rows" and never copies the keys and values. With a fixed-capacity cache
+        (`init_cache(..., fixed_capacity=True)`), `step` must be below its capacity.
         """
         ids_t = tf.convert_to_tensor(ids_t, tf.int32)
         sentence = cache["sentence"]
         sentences = tf.shape(sentence["memory_mask"])[0]
         rows = tf.shape(ids_t)[0]
         slot = tf.range(rows) % (rows // sentences)  # the position of each row in its group
-        slots = tf.concat([cache["rows"]["slots"], slot[:, tf.newaxis]], axis=1)
+        slots = cache["rows"]["slots"]
+        if _fixed_capacity(sentence["self"]):  # write the step's column
+            column = tf.equal(tf.range(tf.shape(slots)[1]), step)[tf.newaxis, :]
+            slots = tf.where(column, slot[:, tf.newaxis], slots)
+        else:
+            slots = tf.concat([slots, slot[:, tf.newaxis]], axis=1)
         x = self._embed(ids_t[:, tf.newaxis], offset=step)
         x, self_cache, _ = self.decoder(
             x,
@@ -224,3 +254,8 @@ class Transformer(keras.Model):
     @classmethod
     def from_config(cls, config):
         return cls(**config)
+
+
+def _fixed_capacity(self_cache) -> bool:
+    """Whether a decoder self-attention cache is the fixed-capacity one."""
+    return any("buffer_k" in layer for layer in self_cache.values())

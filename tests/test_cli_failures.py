@@ -415,6 +415,18 @@ CASES = [
         ("export.py", "--model-dir", "{run}", "--export-dir", "{tmp}/e", "--min-length", "-1"),
         ("--min-length", "-1"),
     ),
+    Case(
+        "export-xla-max-batch-zero",
+        ("export.py", "--model-dir", "{run}", "--export-dir", "{tmp}/e", "--xla",
+         "--xla-max-batch", "0"),
+        ("--xla-max-batch", "0"),
+    ),  # fmt: skip
+    Case(
+        "export-xla-with-ctranslate2",
+        ("export.py", "--model-dir", "{run}", "--export-dir", "{tmp}/e", "--xla",
+         "--format", "ctranslate2"),
+        ("--xla", "--format ctranslate2", "drop --xla"),
+    ),  # fmt: skip
     # ---- translate / evaluate / score
     Case(
         "translate-missing-input",

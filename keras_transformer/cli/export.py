@@ -125,6 +125,22 @@ def parse_args(argv=None, prog: str = "kt-export") -> argparse.Namespace:
         action="store_true",
         help="a run trained with --ema-decay: export the raw weights, not their moving average",
     )
+    parser.add_argument(
+        "--xla",
+        action="store_true",
+        help="beam searches compiled by XLA, in segments: the same outputs, faster; the "
+        "server must enable XLA (TF Serving: --xla_cpu_compilation_enabled=true, on a GPU "
+        "--xla_gpu_compilation_enabled=true) and --enable_model_warmup (the warmup "
+        "requests compile every shape); SavedModel only; default: a graph any TF Serving runs",
+    )
+    parser.add_argument(
+        "--xla-max-batch",
+        type=int,
+        default=64,
+        help="with --xla: the largest request, in sentences, the warmup compiles for "
+        "(default 64, serving/batching.config's max_batch_size); larger ones compile on "
+        "first use",
+    )
     add_log_level_flag(parser)
     return parser.parse_args(argv)
 
@@ -143,6 +159,13 @@ def main(argv=None, prog: str = "kt-export") -> int:
         check_min_length(args.min_length)
         if args.version is not None and args.version < 1:
             raise KerasTransformerError(f"--version must be >= 1, got {args.version}")
+        if args.xla_max_batch < 1:
+            raise KerasTransformerError(f"--xla-max-batch must be >= 1, got {args.xla_max_batch}")
+        if args.xla and args.format != "savedmodel":
+            raise KerasTransformerError(
+                f"--xla compiles a SavedModel's search; --format {args.format} runs its own: "
+                "drop --xla or --format"
+            )
         if args.average_last < 1:
             raise KerasTransformerError(f"--average-last must be >= 1, got {args.average_last}")
         if args.agreement_sentences < 0:
@@ -168,6 +191,8 @@ def main(argv=None, prog: str = "kt-export") -> int:
             export_format=args.format,
             quantization=args.quantization or "float32",
             agreement_sentences=args.agreement_sentences,
+            xla=args.xla,
+            xla_max_batch=args.xla_max_batch,
         )
     except KerasTransformerError as err:
         return flag_error(prog, err)

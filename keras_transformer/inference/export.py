@@ -12,8 +12,10 @@ float32 (None,)), `translate_nbest` (outputs and scores of shape (None, beam)) a
 `translate_with_options` (inputs plus per-sentence (None,) beam_size, alpha, max_extra_length,
 num_hypotheses, target_prefix, stop_rule -> outputs and scores of shape (None, the largest
 num_hypotheses)), `score` and `sample` (see `Translator`); every one also returns
-"truncated" (None,) bool, the inputs cut to the model's length. The graph holds only
-TensorFlow and TensorFlow Text ops. Variables are tracked through
+"truncated" (None,) bool, the inputs cut to the model's length. An `xla` export adds
+`xla_warmup` (shapes (None, 5) int32 -> shapes), which its warmup requests call. The graph
+holds only TensorFlow and TensorFlow Text ops (an `xla` export: also a function compiled by
+XLA, which the server must allow). Variables are tracked through
 `keras.export.ExportArchive`, so TF1-style session loaders (TF Serving's) find them.
 `models.config` lists every model exported to the same directory: exporting a model
 replaces its own entry and keeps the others. The warmup file holds one request per
@@ -27,6 +29,7 @@ import shutil
 import tempfile
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from keras_transformer.config import (
@@ -40,8 +43,16 @@ from keras_transformer.config import (
 from keras_transformer.errors import KerasTransformerError
 from keras_transformer.files import make_public_dir, write_atomic
 from keras_transformer.inference import agreement as agree
+from keras_transformer.inference import xla_search
 from keras_transformer.inference.agreement import skipped, write_report
-from keras_transformer.inference.options import DTYPES, OPTIONS, SAMPLE, SCORE, STRINGS
+from keras_transformer.inference.options import (
+    DTYPES,
+    OPTIONS,
+    SAMPLE,
+    SCORE,
+    STRINGS,
+    XLA_SHAPES,
+)
 from keras_transformer.inference.translator import Translator
 from keras_transformer.run_dir import Run, load_trained
 
@@ -69,6 +80,10 @@ WARMUP_OPTIONS = {
     },
 }
 MODELS_CONFIG = "models.config"
+# --xla: the largest request (sentences) the warmup compiles for: serving/batching.config's
+# max_batch_size; the rows of one warmup request (at most that too)
+XLA_MAX_BATCH = 64
+XLA_WARMUP_CHUNK = 32
 
 
 class ExportError(KerasTransformerError, ValueError):
@@ -95,7 +110,8 @@ def warmup_record(
 ) -> bytes:
     """A serialized tensorflow.serving.PredictionLog holding one PredictRequest: `sentences`
     as "inputs" and `options` ({input name: one value per sentence}, dtypes from
-    `options.DTYPES`; "targets" strings) as the signature's other inputs.
+    `options.DTYPES`; "targets" strings) as the signature's other inputs; `sentences` None:
+    no "inputs" (`xla_warmup`, whose only input is "shapes").
 
     Encoded by hand (PredictionLog.predict_log = 6, PredictLog.request = 1,
     PredictRequest.model_spec = 1 / inputs = 2, ModelSpec.name = 1 / signature_name = 3)
@@ -103,16 +119,29 @@ def warmup_record(
     """
     model_spec = _field(1, model_name.encode()) + _field(3, signature_name.encode())
     request = _field(1, model_spec)
-    for name, values in {"inputs": list(sentences), **(options or {})}.items():
+    inputs = {} if sentences is None else {"inputs": list(sentences)}
+    for name, values in {**inputs, **(options or {})}.items():
         dtype = DTYPES.get(name, tf.string)
-        tensor = tf.make_tensor_proto(list(values), dtype=dtype).SerializeToString()
+        values = values if isinstance(values, np.ndarray) else list(values)  # shapes: (N, 5)
+        tensor = tf.make_tensor_proto(values, dtype=dtype).SerializeToString()
         request += _field(2, _field(1, name.encode()) + _field(2, tensor))  # a map entry
     return _field(6, _field(1, request))
 
 
-def warmup_records(model_name: str) -> list[bytes]:
-    """The warmup requests of an export: one per signature (WARMUP_OPTIONS)."""
-    return [
+def warmup_records(model_name: str, xla_shapes=()) -> list[bytes]:
+    """The warmup requests of an export: with `xla_shapes` (rows [P, C, S, K, W], see
+    `xla_warmup_shapes`), first `xla_warmup` requests compiling them all, XLA_WARMUP_CHUNK
+    rows a request; then one request per signature (WARMUP_OPTIONS)."""
+    records = [
+        warmup_record(
+            model_name,
+            None,
+            "xla_warmup",
+            {"shapes": np.array(xla_shapes[start : start + XLA_WARMUP_CHUNK], np.int32)},
+        )
+        for start in range(0, len(xla_shapes), XLA_WARMUP_CHUNK)
+    ]
+    return records + [
         warmup_record(model_name, WARMUP_SENTENCES, signature, options)
         for signature, options in WARMUP_OPTIONS.items()
     ]
@@ -174,6 +203,7 @@ def export_translator(
     base_path: str | None = None,
     agreement=None,
     write=None,
+    xla_max_batch: int = XLA_MAX_BATCH,
 ) -> str:
     """Write `translator` as `<export_dir>/<model_name>/<version>/`; returns that path.
 
@@ -182,7 +212,8 @@ def export_translator(
     report (dict, see `agreement`), written as assets.extra/agreement.json before the
     rename; default: a report saying none was made. `write(translator, staging path)`
     replaces the SavedModel writer (`--format ctranslate2`; models.config is then left as
-    it is).
+    it is). A `Translator(xla=True)` gets warmup requests that compile its search for
+    requests of up to `xla_max_batch` sentences.
     """
     model_root = os.path.join(export_dir, model_name)
     version = next_version(model_root) if version is None else version
@@ -198,7 +229,7 @@ def export_translator(
     try:
         make_public_dir(staging)  # mkdtemp's 0700 -> the umask's: TF Serving may be another user
         if write is None:
-            _write_saved_model(translator, staging, model_name)
+            _write_saved_model(translator, staging, model_name, xla_max_batch)
         else:
             write(translator, staging)
         report = agreement(staging) if agreement else skipped("no validation sentences given")
@@ -219,17 +250,22 @@ def export_translator(
     return final
 
 
-def _write_saved_model(translator: Translator, path: str, model_name: str) -> None:
+def _write_saved_model(
+    translator: Translator, path: str, model_name: str, xla_max_batch: int = XLA_MAX_BATCH
+) -> None:
     archive = keras.export.ExportArchive()
     archive.track(translator.model)
     archive.track(translator.tokenizer)  # the SentencePiece resource
-    for name, fn, signature in (
+    endpoints = [
         ("serving_default", translator.__call__, [STRINGS]),
         ("translate_nbest", translator.translate_nbest, [STRINGS]),
         ("translate_with_options", translator.translate_with_options, OPTIONS),
         ("score", translator.score, SCORE),
         ("sample", translator.sample, SAMPLE),
-    ):
+    ]
+    if translator.xla:
+        endpoints.append(("xla_warmup", translator.xla_warmup, [XLA_SHAPES]))
+    for name, fn, signature in endpoints:
         archive.add_endpoint(name, fn.python_function, input_signature=signature)
     archive.write_out(path, verbose=False)
     # the graph holds the SentencePiece model itself; the file is for people and tools
@@ -239,8 +275,23 @@ def _write_saved_model(translator: Translator, path: str, model_name: str) -> No
     extra = os.path.join(path, "assets.extra")
     os.makedirs(extra, exist_ok=True)
     with tf.io.TFRecordWriter(os.path.join(extra, WARMUP_FILE)) as writer:
-        for record in warmup_records(model_name):
+        # with xla: every shape the search compiles for, before any request
+        shapes = xla_warmup_shapes(translator, xla_max_batch) if translator.xla else []
+        for record in warmup_records(model_name, shapes):
             writer.write(record)
+
+
+def xla_warmup_shapes(translator: Translator, max_batch: int) -> list[list[int]]:
+    """The shapes an `xla` translator's searches compile for (`xla_search.warmup_shapes`):
+    requests of at most `max_batch` sentences of any length, the export's beam size and
+    greedy search (beam 1), no target prefix."""
+    return xla_search.warmup_shapes(
+        max_batch=max_batch,
+        source_widths=xla_search.source_widths(translator.max_input_length),
+        max_extra_length=translator.max_extra_length,
+        beam_sizes=sorted({translator.beam_size, 1}),
+        max_output_length=translator.max_output_length,
+    )
 
 
 def describe_export(path: str) -> str:
@@ -297,6 +348,8 @@ def export_run(
     export_format: str = "savedmodel",
     quantization: str = "float32",
     agreement_sentences: int = 0,
+    xla: bool = False,
+    xla_max_batch: int = XLA_MAX_BATCH,
 ) -> str:
     """Load the run in `model_dir` (averaging the last K checkpoints) and export it.
 
@@ -307,12 +360,20 @@ def export_run(
     `export_format` "ctranslate2" writes a CTranslate2 model (weights in `quantization`)
     instead of a SavedModel. `agreement_sentences`: N > 0 compares the export, as written,
     with the float32 exact-rule translator on the run's first N validation sentences (see
-    `agreement`); the report is written either way.
+    `agreement`); the report is written either way. `xla`: the beam searches compiled by
+    XLA (`Translator`'s `xla`; SavedModel only), with warmup requests for up to
+    `xla_max_batch` sentences a request; the agreement report then compares that export
+    with the reference (the default export's search).
     """
     if dtype not in DTYPES_EXPORT:
         raise ExportError(f"--dtype must be one of {', '.join(DTYPES_EXPORT)}, got {dtype!r}")
     if export_format not in FORMATS:
         raise ExportError(f"--format must be one of {', '.join(FORMATS)}, got {export_format!r}")
+    if xla and export_format != "savedmodel":
+        raise ExportError(
+            f"--xla compiles a SavedModel's search; --format {export_format} runs its own: "
+            "drop --xla or --format"
+        )
     if use_best and not ema and load_trained_config(model_dir).get("ema_decay"):
         raise ExportError(
             f"--best --no-ema: {model_dir}/best holds only the averaged weights that were "
@@ -334,10 +395,12 @@ def export_run(
         attention_layer=attention_layer,
     )
     translator = Translator(
-        with_compute_dtype(model, dtype), tokenizer, stop_rule=stop_rule, **settings
+        with_compute_dtype(model, dtype), tokenizer, stop_rule=stop_rule, xla=xla, **settings
     )
     reference = Translator(model, tokenizer, stop_rule="exact", **settings)
     described = {"format": export_format, "dtype": dtype, "stop_rule": stop_rule, **settings}
+    if xla:
+        described["xla"] = True
     write = None
     if export_format == "ctranslate2":
         from keras_transformer.inference import ctranslate2_export
@@ -367,7 +430,7 @@ def export_run(
         else:
             exported = _load_signature(path)
         report = agree.compare(exported, reference.__call__, sources, references)
-        is_reference = export_format == "savedmodel" and dtype == "float32"
+        is_reference = export_format == "savedmodel" and dtype == "float32" and not xla
         return {
             "reference": REFERENCE,
             "is_reference": is_reference and stop_rule == "exact",
@@ -378,7 +441,7 @@ def export_run(
 
     return export_translator(
         translator, export_dir, model_name=model_name, version=version, agreement=agreement,
-        write=write,
+        write=write, xla_max_batch=xla_max_batch,
     )  # fmt: skip
 
 

@@ -33,8 +33,10 @@ SAMPLE = [
     tf.TensorSpec([None], tf.float32, name="top_p"),
     tf.TensorSpec([None], tf.int64, name="seed"),
 ]
+# the XLA search's shapes to compile, [P, C, S, K, W] a row (`Translator.xla_warmup`)
+XLA_SHAPES = tf.TensorSpec([None, 5], tf.int32, name="shapes")
 # every option's dtype, for callers that build the (B,) vectors
-DTYPES = {spec.name: spec.dtype for spec in OPTIONS[1:] + SAMPLE[1:]}
+DTYPES = {spec.name: spec.dtype for spec in [*OPTIONS[1:], *SAMPLE[1:], XLA_SHAPES]}
 # per-request bounds: a request cannot ask for unbounded memory or time
 MAX_BEAM_SIZE = 64
 MAX_EXTRA_LENGTH_LIMIT = 1024  # the largest max_extra_length (the default is config's)

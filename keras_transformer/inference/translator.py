@@ -8,7 +8,7 @@ from keras_transformer import config
 from keras_transformer.config import BOS_ID, EOS_ID, RESERVED_IDS
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.inference import options as opt
-from keras_transformer.inference import search
+from keras_transformer.inference import search, xla_search
 
 # SentencePiece has CPU kernels only: its ops are pinned here, so that the export also places
 # on a GPU server (TF Serving #2016)
@@ -41,6 +41,11 @@ class Translator(tf.Module):
             (the default; the n best equal the exhaustive search's), "finished" or "top"
             (CTranslate2's rules, faster, may change outputs: see `search.beam_search`); the
             default of `translate_with_options`' per-sentence `stop_rule` too.
+        xla: run the beam searches (every signature but `sample` and `score`) compiled by
+            XLA, in segments (xla_search.py): the same outputs (every stop rule), faster; a
+            server must enable XLA (TF Serving: --xla_cpu_compilation_enabled=true) and
+            compiles one program per shape (`xla_search.warmup_shapes`). Default False: the
+            graph any TensorFlow runs.
 
     Signatures (every input and output batch-major, B sentences):
       - `translator(inputs)` -> {"outputs" (B,) string, "scores" (B,) float32};
@@ -50,9 +55,12 @@ class Translator(tf.Module):
         config.STOP_RULES, or "" for the constructor's) -> {"outputs" (B, N), "scores"
         (B, N)}, N the largest num_hypotheses ("" and -inf beyond a sentence's own);
       - `score(inputs, targets)` -> forced decoding of the targets (see `score`);
-      - `sample(inputs, temperature, top_k, top_p, seed)` -> {"outputs", "scores"} (B,).
-    Every signature also returns "truncated" (B,) bool: the input was longer than
-    `max_input_length` tokens (eos included) and only its beginning was translated (scored).
+      - `sample(inputs, temperature, top_k, top_p, seed)` -> {"outputs", "scores"} (B,);
+      - with `xla`, `xla_warmup(shapes)`: compiles the search for the given shapes (the
+        export's warmup requests call it) -> {"shapes"}.
+    Every signature but `xla_warmup` also returns "truncated" (B,) bool: the input was longer
+    than `max_input_length` tokens (eos included) and only its beginning was translated
+    (scored).
     A sentence's result depends only on itself and its own options. Empty and
     whitespace-only inputs give "" with score 0; invalid UTF-8 bytes are replaced by U+FFFD
     before tokenization; bad option values are InvalidArgument errors naming the input.
@@ -70,6 +78,7 @@ class Translator(tf.Module):
         attention_layer: int | None = None,
         min_length: int = config.MIN_LENGTH,
         stop_rule: str = config.STOP_RULE,
+        xla: bool = False,
         name: str = "translator",
     ):
         super().__init__(name=name)
@@ -98,6 +107,15 @@ class Translator(tf.Module):
                 "attention_layer", f"must be in [{-layers}, {layers - 1}], got {layer}"
             )
         self.attention_layer = layer % layers
+        self.xla = xla
+        self._segmented = None
+        if xla:
+            self._segmented = xla_search.SegmentedSearch(
+                model.decode_step,
+                EOS_ID,
+                grow_cache=model.grow_cache,
+                min_length=self._search_min_length,
+            )
 
     # -- pieces ----------------------------------------------------------------------------
 
@@ -179,9 +197,24 @@ class Translator(tf.Module):
             prefix_ids = ragged.to_tensor(default_value=-1)
             at_least = tf.cast(ragged.row_lengths(), tf.int32) + 1  # room for eos
         max_lengths = self._max_lengths(lengths, extra, at_least)
+        bos = tf.fill([tf.shape(source)[0]], BOS_ID)
+        if self.xla:
+            # padding masked in every attention: a power of two keeps the compiled shapes few
+            width = tf.shape(source)[1]
+            bucket = tf.minimum(
+                tf.maximum(xla_search.next_power_of_two(width), xla_search.MIN_SOURCE_WIDTH),
+                self.max_input_length,
+            )
+            source = tf.pad(source, [[0, 0], [0, tf.maximum(bucket - width, 0)]])
+            memory = self.model.encode(source)
+            cache = self.model.init_cache(memory, source, fixed_capacity=True)
+            ids, scores = self._segmented.beam_search(
+                bos, cache, max_lengths, beam_size=beam_size, alpha=alpha, prefix=prefix_ids,
+                num_best=num_best, stop_rule=stop_rule,
+            )  # fmt: skip
+            return ids, scores, empty, truncated
         memory = self.model.encode(source)
         cache = self.model.init_cache(memory, source)
-        bos = tf.fill([tf.shape(source)[0]], BOS_ID)
         ids, scores = search.beam_search(
             self.model.decode_step, bos, cache, max_lengths, EOS_ID,
             beam_size=beam_size, alpha=alpha, prefix=prefix_ids, num_best=num_best,
@@ -247,6 +280,29 @@ class Translator(tf.Module):
             "scores": tf.where(wanted, result["scores"], -float("inf")),
             "truncated": truncated,
         }
+
+    @tf.function(input_signature=[opt.XLA_SHAPES])
+    def xla_warmup(self, shapes):
+        """With `xla`: compile the search for every row [P, C, S, K, W] of `shapes` (N, 5)
+        (`xla_search.warmup_shapes`) without decoding anything: {"shapes": `shapes`}, once
+        every one is compiled. The export's warmup requests call it, so that a server has
+        compiled them before it takes traffic."""
+        if not self.xla:
+            raise ValueError("xla_warmup needs a Translator(xla=True)")
+        d_model = self.model.config.d_model
+
+        def body(i):
+            batch, capacity, width, beam, prefix_width = tf.unstack(shapes[i])
+            source = tf.zeros([batch, width], tf.int32)
+            memory = tf.zeros([batch, width, d_model], self.model.compute_dtype)
+            cache = self.model.init_cache(memory, source, fixed_capacity=True)
+            done = self._segmented.compile_shape(cache, batch, beam, capacity, prefix_width)
+            with tf.control_dependencies(tf.nest.flatten(done)):
+                return i + 1
+
+        (count,) = tf.while_loop(lambda i: i < tf.shape(shapes)[0], body, (tf.constant(0),))
+        with tf.control_dependencies([count]):
+            return {"shapes": tf.identity(shapes)}
 
     @tf.function(input_signature=opt.SCORE)
     def score(self, inputs, targets):

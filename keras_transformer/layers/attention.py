@@ -232,14 +232,14 @@ class MultiHeadAttention(keras.layers.Layer):
         # grouped: the keys and values have R = B / G rows (a decoding cache, or a
         # projected memory shared by the beams of a sentence), and q is split into groups
         shared = cache if cache is not None else projected_memory
-        rows = None if shared is None else tf.shape(shared["k"])[0]
+        rows = None if shared is None else tf.shape(next(iter(shared.values())))[0]
         if self.self_attention:
             flat = project(query, self.qkv_kernel, self.qkv_bias)
             q, k, v = self._split_heads(
                 flat, batch, length, (self.d_k, self.d_k, self.d_v), rows=rows
             )
             if cache is not None:
-                k, v, cache = append_step(cache, k, v, batch // rows)
+                k, v, cache = append_step(cache, k, v, batch // rows, step)
         else:
             flat = project(query, self.q_kernel, self.q_bias)
             (q,) = self._split_heads(flat, batch, length, (self.d_k,), rows=rows)

@@ -365,20 +365,7 @@ def export_run(
     `xla_max_batch` sentences a request; the agreement report then compares that export
     with the reference (the default export's search).
     """
-    if dtype not in DTYPES_EXPORT:
-        raise ExportError(f"--dtype must be one of {', '.join(DTYPES_EXPORT)}, got {dtype!r}")
-    if export_format not in FORMATS:
-        raise ExportError(f"--format must be one of {', '.join(FORMATS)}, got {export_format!r}")
-    if xla and export_format != "savedmodel":
-        raise ExportError(
-            f"--xla compiles a SavedModel's search; --format {export_format} runs its own: "
-            "drop --xla or --format"
-        )
-    if use_best and not ema and load_trained_config(model_dir).get("ema_decay"):
-        raise ExportError(
-            f"--best --no-ema: {model_dir}/best holds only the averaged weights that were "
-            "validated (the run used --ema-decay); drop --best to export raw weights"
-        )
+    _check_options(model_dir, dtype, export_format, xla, use_best, ema)
     model, tokenizer, _ = load_trained(
         model_dir, average_last=average_last, use_best=use_best, ema=ema
     )
@@ -397,7 +384,6 @@ def export_run(
     translator = Translator(
         with_compute_dtype(model, dtype), tokenizer, stop_rule=stop_rule, xla=xla, **settings
     )
-    reference = Translator(model, tokenizer, stop_rule="exact", **settings)
     described = {"format": export_format, "dtype": dtype, "stop_rule": stop_rule, **settings}
     if xla:
         described["xla"] = True
@@ -410,39 +396,87 @@ def export_run(
 
         # CTranslate2's own search: its rule with a length penalty, its penalty
         described.update(quantization=quantization, dtype=None, stop_rule="finished")
-
-    def agreement(path):
-        if agreement_sentences <= 0:
-            return skipped("--agreement-sentences 0")
-        try:
-            sources, references, data = agree.validation_pairs(
-                load_trained_config(model_dir), agreement_sentences
-            )
-        except (KerasTransformerError, OSError) as err:
-            return skipped(f"no validation sentences: {err}")
-        if export_format == "ctranslate2":
-            from keras_transformer.inference.ctranslate2_export import Decoder
-
-            exported = Decoder(
-                path, beam_size=beam_size, alpha=alpha, max_extra_length=max_extra_length,
-                min_length=min_length, max_input_length=translator.max_input_length,
-            )  # fmt: skip
-        else:
-            exported = _load_signature(path)
-        report = agree.compare(exported, reference.__call__, sources, references)
-        is_reference = export_format == "savedmodel" and dtype == "float32" and not xla
-        return {
-            "reference": REFERENCE,
-            "is_reference": is_reference and stop_rule == "exact",
-            "export": described,
-            "data": data,
-            **report,
-        }
-
+    agreement = AgreementReport(
+        model_dir,
+        agreement_sentences,
+        reference=Translator(model, tokenizer, stop_rule="exact", **settings),
+        described=described,
+        max_input_length=translator.max_input_length,
+    )
     return export_translator(
         translator, export_dir, model_name=model_name, version=version, agreement=agreement,
         write=write, xla_max_batch=xla_max_batch,
     )  # fmt: skip
+
+
+def _check_options(model_dir, dtype, export_format, xla, use_best, ema) -> None:
+    """Raise `ExportError` for options that cannot go together, before loading anything."""
+    if dtype not in DTYPES_EXPORT:
+        raise ExportError(f"--dtype must be one of {', '.join(DTYPES_EXPORT)}, got {dtype!r}")
+    if export_format not in FORMATS:
+        raise ExportError(f"--format must be one of {', '.join(FORMATS)}, got {export_format!r}")
+    if xla and export_format != "savedmodel":
+        raise ExportError(
+            f"--xla compiles a SavedModel's search; --format {export_format} runs its own: "
+            "drop --xla or --format"
+        )
+    if use_best and not ema and load_trained_config(model_dir).get("ema_decay"):
+        raise ExportError(
+            f"--best --no-ema: {model_dir}/best holds only the averaged weights that were "
+            "validated (the run used --ema-decay); drop --best to export raw weights"
+        )
+
+
+class AgreementReport:
+    """Called with an export's path once it is written: the agreement report (a dict) of
+    that export, as written, against `reference` (the float32 exact-rule Translator of the
+    same weights) on the run's first `sentences` validation sentences; `described`: the
+    export's settings ("format", "dtype", "stop_rule", "xla", the search settings)."""
+
+    def __init__(self, model_dir, sentences, *, reference, described, max_input_length):
+        self.model_dir = model_dir
+        self.sentences = sentences
+        self.reference = reference
+        self.described = described
+        self.max_input_length = max_input_length
+
+    def __call__(self, path: str) -> dict:
+        if self.sentences <= 0:
+            return skipped("--agreement-sentences 0")
+        try:
+            sources, references, data = agree.validation_pairs(
+                load_trained_config(self.model_dir), self.sentences
+            )
+        except (KerasTransformerError, OSError) as err:
+            return skipped(f"no validation sentences: {err}")
+        report = agree.compare(self._exported(path), self.reference.__call__, sources, references)
+        export = self.described
+        is_reference = (
+            export["format"] == "savedmodel"
+            and export["dtype"] == "float32"
+            and not export.get("xla")
+            and export["stop_rule"] == "exact"
+        )
+        return {
+            "reference": REFERENCE,
+            "is_reference": is_reference,
+            "export": export,
+            "data": data,
+            **report,
+        }
+
+    def _exported(self, path: str):
+        """The written export as a function of strings, as its users call it."""
+        if self.described["format"] != "ctranslate2":
+            return _load_signature(path)
+        from keras_transformer.inference.ctranslate2_export import Decoder
+
+        export = self.described
+        return Decoder(
+            path, beam_size=export["beam_size"], alpha=export["alpha"],
+            max_extra_length=export["max_extra_length"], min_length=export["min_length"],
+            max_input_length=self.max_input_length,
+        )  # fmt: skip
 
 
 REFERENCE = (

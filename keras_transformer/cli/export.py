@@ -47,30 +47,55 @@ def parse_args(argv=None, prog: str = "kt-export") -> argparse.Namespace:
     parser = ArgumentParser(
         prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument(
+    _add_run_flags(parser.add_argument_group("the run and where its export goes"))
+    _add_search_flags(parser.add_argument_group("the exported search's defaults"))
+    _add_format_flags(parser.add_argument_group("what is written"))
+    add_log_level_flag(parser)
+    return parser.parse_args(argv)
+
+
+def _add_run_flags(group) -> None:
+    group.add_argument(
         "--model-dir", required=True, help="the training run (config.json, spm.model, checkpoints/)"
     )
-    parser.add_argument(
+    group.add_argument(
         "--export-dir", required=True, help="writes <export-dir>/<model-name>/<version>/"
     )
-    parser.add_argument("--model-name", default="transformer")
-    parser.add_argument("--version", type=int, default=None, help="default: the next free version")
-    parser.add_argument("--beam-size", type=int, default=BEAM_SIZE)
-    parser.add_argument("--alpha", type=float, default=ALPHA, help="length penalty exponent")
-    parser.add_argument(
+    group.add_argument("--model-name", default="transformer")
+    group.add_argument("--version", type=int, default=None, help="default: the next free version")
+    group.add_argument(
+        "--average-last",
+        type=int,
+        default=AVERAGE_LAST,
+        help="average the last K checkpoints (default 5; 1: the last one only)",
+    )
+    group.add_argument(
+        "--best", action="store_true", help="export the best-BLEU checkpoint instead"
+    )
+    group.add_argument(
+        "--no-ema",
+        action="store_true",
+        help="a run trained with --ema-decay: export the raw weights, not their moving average",
+    )
+
+
+def _add_search_flags(group) -> None:
+    group.add_argument("--beam-size", type=int, default=BEAM_SIZE)
+    group.add_argument("--alpha", type=float, default=ALPHA, help="length penalty exponent")
+    group.add_argument(
         "--max-extra-length",
         type=int,
         default=MAX_EXTRA_LENGTH,
         help="output may exceed input by this",
     )
-    parser.add_argument(
+    group.add_argument(
         "--min-length",
         type=int,
         default=MIN_LENGTH,
         help=f"shortest translation of a non-empty input, in tokens before eos (default "
         f"{MIN_LENGTH}: never an empty one; 0: no minimum, the paper's search)",
     )
-    parser.add_argument(
+    group.add_argument(
         "--stop-rule",
         choices=STOP_RULES,
         default=STOP_RULE,
@@ -80,52 +105,41 @@ def parse_args(argv=None, prog: str = "kt-export") -> argparse.Namespace:
         "ended, CTranslate2's rule without one; both faster, may change some outputs); the "
         'default of translate_with_options\' per-sentence stop_rule ("")',
     )
-    parser.add_argument(
+    group.add_argument(
+        "--attention-layer",
+        type=int,
+        help="the decoder layer whose cross-attention `score` returns (default: the penultimate)",
+    )
+
+
+def _add_format_flags(group) -> None:
+    group.add_argument(
         "--dtype",
         choices=("float32", "bfloat16", "float16"),
         default="float32",
         help="compute dtype of the exported model (variables, logits and scores stay float32)",
     )
-    parser.add_argument(
+    group.add_argument(
         "--format",
         choices=("savedmodel", "ctranslate2"),
         default="savedmodel",
         help="savedmodel (TF Serving) or ctranslate2 (a CTranslate2 model directory; needs "
         'pip install -e ".[ctranslate2]"; models.config is left as it is)',
     )
-    parser.add_argument(
+    group.add_argument(
         "--quantization",
         choices=QUANTIZATIONS,
         default=None,
         help="--format ctranslate2: the weights' type (default float32)",
     )
-    parser.add_argument(
+    group.add_argument(
         "--agreement-sentences",
         type=int,
         default=200,
         help="compare the export with the float32 exact-rule search on this many validation "
         "sentences of the run's dataset, in <version>/assets.extra/agreement.json (0: skip)",
     )
-    parser.add_argument(
-        "--average-last",
-        type=int,
-        default=AVERAGE_LAST,
-        help="average the last K checkpoints (default 5; 1: the last one only)",
-    )
-    parser.add_argument(
-        "--attention-layer",
-        type=int,
-        help="the decoder layer whose cross-attention `score` returns (default: the penultimate)",
-    )
-    parser.add_argument(
-        "--best", action="store_true", help="export the best-BLEU checkpoint instead"
-    )
-    parser.add_argument(
-        "--no-ema",
-        action="store_true",
-        help="a run trained with --ema-decay: export the raw weights, not their moving average",
-    )
-    parser.add_argument(
+    group.add_argument(
         "--xla",
         action="store_true",
         help="beam searches compiled by XLA, in segments: the same outputs, faster; the "
@@ -133,7 +147,7 @@ def parse_args(argv=None, prog: str = "kt-export") -> argparse.Namespace:
         "--xla_gpu_compilation_enabled=true) and --enable_model_warmup (the warmup "
         "requests compile every shape); SavedModel only; default: a graph any TF Serving runs",
     )
-    parser.add_argument(
+    group.add_argument(
         "--xla-max-batch",
         type=int,
         default=64,
@@ -141,38 +155,16 @@ def parse_args(argv=None, prog: str = "kt-export") -> argparse.Namespace:
         "(default 64, serving/batching.config's max_batch_size); larger ones compile on "
         "first use",
     )
-    add_log_level_flag(parser)
-    return parser.parse_args(argv)
 
 
 def main(argv=None, prog: str = "kt-export") -> int:
     args = parse_args(argv, prog)
     setup_logging(args.log_level)
     from keras_transformer.errors import KerasTransformerError
-    from keras_transformer.files import check_writable_dir
-    from keras_transformer.inference.export import describe_export, export_run
-    from keras_transformer.inference.options import check_min_length, check_options
+    from keras_transformer.inference.export import export_run
 
     try:
-        check_writable_dir(args.export_dir, "--export-dir")
-        check_options(args.beam_size, args.alpha, args.max_extra_length)
-        check_min_length(args.min_length)
-        if args.version is not None and args.version < 1:
-            raise KerasTransformerError(f"--version must be >= 1, got {args.version}")
-        if args.xla_max_batch < 1:
-            raise KerasTransformerError(f"--xla-max-batch must be >= 1, got {args.xla_max_batch}")
-        if args.xla and args.format != "savedmodel":
-            raise KerasTransformerError(
-                f"--xla compiles a SavedModel's search; --format {args.format} runs its own: "
-                "drop --xla or --format"
-            )
-        if args.average_last < 1:
-            raise KerasTransformerError(f"--average-last must be >= 1, got {args.average_last}")
-        if args.agreement_sentences < 0:
-            raise KerasTransformerError(
-                f"--agreement-sentences must be >= 0 (0: skip), got {args.agreement_sentences}"
-            )
-        check_format(args)
+        check_flags(args)
         path = export_run(
             args.model_dir,
             args.export_dir,
@@ -203,6 +195,41 @@ def main(argv=None, prog: str = "kt-export") -> int:
         return flag_error(
             prog, f"{err.filename}: {err.strerror}; check the path and its permissions"
         )
+    print_written(args, path)
+    return 0
+
+
+def check_flags(args) -> None:
+    """Raise `KerasTransformerError` naming the first flag whose value cannot work."""
+    from keras_transformer.errors import KerasTransformerError
+    from keras_transformer.files import check_writable_dir
+    from keras_transformer.inference.options import check_min_length, check_options
+
+    check_writable_dir(args.export_dir, "--export-dir")
+    check_options(args.beam_size, args.alpha, args.max_extra_length)
+    check_min_length(args.min_length)
+    if args.version is not None and args.version < 1:
+        raise KerasTransformerError(f"--version must be >= 1, got {args.version}")
+    if args.xla_max_batch < 1:
+        raise KerasTransformerError(f"--xla-max-batch must be >= 1, got {args.xla_max_batch}")
+    if args.xla and args.format != "savedmodel":
+        raise KerasTransformerError(
+            f"--xla compiles a SavedModel's search; --format {args.format} runs its own: "
+            "drop --xla or --format"
+        )
+    if args.average_last < 1:
+        raise KerasTransformerError(f"--average-last must be >= 1, got {args.average_last}")
+    if args.agreement_sentences < 0:
+        raise KerasTransformerError(
+            f"--agreement-sentences must be >= 0 (0: skip), got {args.agreement_sentences}"
+        )
+    check_format(args)
+
+
+def print_written(args, path: str) -> None:
+    """What the export wrote: its files (CTranslate2) or its signatures, and the agreement."""
+    from keras_transformer.inference.export import describe_export
+
     if args.format == "ctranslate2":
         print(f"{path}: CTranslate2 model ({args.quantization or 'float32'})")
         for name in sorted(os.listdir(path)):
@@ -211,7 +238,6 @@ def main(argv=None, prog: str = "kt-export") -> int:
         print(describe_export(path))
         print(f"  {os.path.join(args.export_dir, 'models.config')} (model {args.model_name!r})")
     print(agreement_line(path))
-    return 0
 
 
 def check_format(args) -> None:

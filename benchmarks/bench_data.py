@@ -1,6 +1,6 @@
 """Input pipeline throughput and memory: Multi30k, and a WMT14-sized corpus (streaming check).
 
-    KT_DATA_DIR=../shared/data python benchmarks/bench_data.py
+    python benchmarks/bench_data.py   # $KT_DATA_DIR: the directory holding multi30k/
     python benchmarks/bench_data.py --big-pairs 0          # Multi30k only
 
 Each corpus runs in its own subprocess (clean peak RSS). The big corpus is Multi30k repeated

@@ -1,7 +1,7 @@
 """Time the export's `score` and `sample` signatures on test_2016_flickr (1,000 pairs); JSON.
 
     python benchmarks/bench_signatures.py --export EXPORT_VERSION_DIR \
-        --data-dir ../shared/data/multi30k
+        --data-dir $KT_DATA_DIR/multi30k
 
 Loads the SavedModel as a client would (TensorFlow and TensorFlow Text only), sends batches
 of 64 sentences, longest first, and reports the median of 3 timed passes after one warm-up

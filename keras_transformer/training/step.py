@@ -224,18 +224,29 @@ class TrainingModel(keras.Model):
         return grads
 
     def _maybe_symbolic_build(self, iterator=None, data_batch=None):
-        # Keras workaround: keras/src/backend/tensorflow/trainer.py takes a sample batch by
-        # reducing a distributed batch with MEAN, which fails when replicas hold different
-        # numbers of rows (token-budget batches rarely split evenly). Take replica 0's rows.
+        # Keras workaround: keras/src/backend/tensorflow/trainer.py builds the model under a
+        # strategy from a batch it reads with a first iterator of the dataset, which it then
+        # throws away: the training stream was built and read twice per `fit` (the skip to
+        # the resume position paid twice, the dropped-pairs count doubled), and its MEAN
+        # over replicas fails when replicas hold different numbers of rows. The dataset's
+        # element spec (shapes and dtypes) is all the symbolic build needs.
         if iterator is not None and self._distribute_strategy is not None:
-            local = self._distribute_strategy.experimental_local_results
-            for _, _, it in iterator:
-                data_batch = tf.nest.map_structure(
-                    lambda x: local(x)[0] if isinstance(x, tf.distribute.DistributedValues) else x,
-                    next(it)[:2],  # not the stream positions: Keras would take sample weights
-                )
-                break
+            # not the stream positions: Keras would take them for sample weights
+            data_batch = tuple(_local_spec(s) for s in _element_spec(iterator)[:2])
         return super()._maybe_symbolic_build(data_batch=data_batch)
+
+
+def _element_spec(iterator):
+    """The element spec of the dataset behind a Keras epoch iterator, without iterating it."""
+    dataset = iterator.data_adapter.get_tf_dataset()
+    return dataset.element_spec
+
+
+def _local_spec(spec):
+    """One replica's spec (a distributed dataset's per-replica specs hold one per replica)."""
+    return tf.nest.map_structure(
+        lambda s: s._value_specs[0] if hasattr(s, "_value_specs") else s, spec
+    )
 
 
 __all__ = ["TrainingModel", "all_reduce_sum"]

@@ -13,7 +13,8 @@ with `LabelSmoothedCrossEntropy` it trains with Keras' own `fit` (the notebooks 
 - `data_position` counts the batches consumed (skipped float16 steps included);
   `data_next` is the stream position (pass and batch in the pass) of the next batch to
   read, taken from the positions that training batches carry, which is where a resumed run
-  restarts its data.
+  restarts its data (multi-worker: `replica_next`, the next position of every replica, as
+  each worker reads a stream of its own).
 
 The workarounds for Keras internals that the step needs (`_agree_on_finite`,
 `_maybe_symbolic_build`, the reshape in `_record_loss`) are here, each with the reason.
@@ -34,6 +35,15 @@ def all_reduce_sum(value):
     if context is None or context.num_replicas_in_sync == 1:
         return value
     return context.all_reduce(tf.distribute.ReduceOp.SUM, value)
+
+
+def replica_positions(positions):
+    """(replicas,) the largest stream position of each replica's rows, in replica id order."""
+    local = tf.reduce_max(tf.concat([tf.cast(positions, tf.int64), [-1]], axis=0))
+    context = tf.distribute.get_replica_context()
+    if context is None or context.num_replicas_in_sync == 1:
+        return local[tf.newaxis]
+    return context.all_gather(local[tf.newaxis], axis=0)
 
 
 def last_position(positions):
@@ -79,6 +89,19 @@ class TrainingModel(keras.Model):
             )
             for name in ("data_position", "data_next")
         )
+        # multi-worker: every worker reads a stream of its own (`trainer.worker_streams`), so
+        # each replica's next position is kept (None elsewhere)
+        self.replica_next = None
+        strategy = tf.distribute.get_strategy()
+        if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+            self.replica_next = self.add_weight(
+                shape=(strategy.num_replicas_in_sync,),
+                dtype="int64",
+                initializer="zeros",
+                trainable=False,
+                aggregation="only_first_replica",
+                name="replica_next",
+            )
         if not model.built:
             model.build()
         self.built = True
@@ -108,6 +131,8 @@ class TrainingModel(keras.Model):
         self.data_position.assign_add(1)
         if len(data) > 2:  # stream positions of the rows (data.training_batches)
             self.data_next.assign(last_position(data[2]) + 1)
+            if self.replica_next is not None:
+                self.replica_next.assign(replica_positions(data[2]) + 1)
         return self._record_loss(loss_sum, local_tokens)
 
     def compile(self, *args, jit_compile=False, **kwargs):

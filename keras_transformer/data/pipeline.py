@@ -213,6 +213,7 @@ def training_batches(
     start: int = 0,
     stats: PipelineStats | None = None,
     positions: bool = False,
+    shard: tuple[int, int] | None = None,
     **kwargs,
 ) -> tf.data.Dataset:
     """The infinite training stream of `((src, tgt_in), tgt_out)` batches (with `positions`:
@@ -226,7 +227,9 @@ def training_batches(
     step knows where the stream stands. `start` (a stream position) begins at that batch of
     its pass: earlier passes are not read again, and the batches of the same pass before
     it are rebuilt from the pass's start (the shuffle buffer's state depends on them) but
-    never trained on. Other keyword arguments go to `make_batches` (shuffle_buffer,
+    never trained on. `shard` (index, count): this stream reads pairs index, index + count,
+    ... of every pass's order only (one worker's share, tokenized by that worker alone); its
+    batches and positions are its own. Other keyword arguments go to `make_batches` (shuffle_buffer,
     boundaries, subword: sampled segmentations, drawn from (`seed`, pass), so they too are
     the same when a pass is rebuilt).
     """
@@ -237,8 +240,11 @@ def training_batches(
     check_batch_settings(batch_tokens, max_length)  # before the stream is built
 
     def one_pass(epoch):
+        pairs = corpus.epoch(seed, epoch)
+        if shard is not None:
+            pairs = pairs.shard(shard[1], shard[0])
         batches = make_batches(
-            corpus.epoch(seed, epoch),
+            pairs,
             tokenizer,
             batch_tokens=batch_tokens,
             max_length=max_length,

@@ -13,7 +13,8 @@ with `LabelSmoothedCrossEntropy` it trains with Keras' own `fit` (the notebooks 
 - `data_position` counts the batches consumed (skipped float16 steps included);
   `data_next` is the stream position (pass and batch in the pass) of the next batch to
   read, taken from the positions that training batches carry, which is where a resumed run
-  restarts its data.
+  restarts its data (multi-worker: `replica_next`, the next position of every replica, as
+  each worker reads a stream of its own).
 
 The workarounds for Keras internals that the step needs (`_agree_on_finite`,
 `_maybe_symbolic_build`, the reshape in `_record_loss`) are here, each with the reason.
@@ -34,6 +35,15 @@ def all_reduce_sum(value):
     if context is None or context.num_replicas_in_sync == 1:
         return value
     return context.all_reduce(tf.distribute.ReduceOp.SUM, value)
+
+
+def replica_positions(positions):
+    """(replicas,) the largest stream position of each replica's rows, in replica id order."""
+    local = tf.reduce_max(tf.concat([tf.cast(positions, tf.int64), [-1]], axis=0))
+    context = tf.distribute.get_replica_context()
+    if context is None or context.num_replicas_in_sync == 1:
+        return local[tf.newaxis]
+    return context.all_gather(local[tf.newaxis], axis=0)
 
 
 def last_position(positions):
@@ -79,6 +89,19 @@ class TrainingModel(keras.Model):
             )
             for name in ("data_position", "data_next")
         )
+        # multi-worker: every worker reads a stream of its own (`trainer.worker_streams`), so
+        # each replica's next position is kept (None elsewhere)
+        self.replica_next = None
+        strategy = tf.distribute.get_strategy()
+        if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+            self.replica_next = self.add_weight(
+                shape=(strategy.num_replicas_in_sync,),
+                dtype="int64",
+                initializer="zeros",
+                trainable=False,
+                aggregation="only_first_replica",
+                name="replica_next",
+            )
         if not model.built:
             model.build()
         self.built = True
@@ -108,6 +131,8 @@ class TrainingModel(keras.Model):
         self.data_position.assign_add(1)
         if len(data) > 2:  # stream positions of the rows (data.training_batches)
             self.data_next.assign(last_position(data[2]) + 1)
+            if self.replica_next is not None:
+                self.replica_next.assign(replica_positions(data[2]) + 1)
         return self._record_loss(loss_sum, local_tokens)
 
     def compile(self, *args, jit_compile=False, **kwargs):
@@ -224,18 +249,29 @@ class TrainingModel(keras.Model):
         return grads
 
     def _maybe_symbolic_build(self, iterator=None, data_batch=None):
-        # Keras workaround: keras/src/backend/tensorflow/trainer.py takes a sample batch by
-        # reducing a distributed batch with MEAN, which fails when replicas hold different
-        # numbers of rows (token-budget batches rarely split evenly). Take replica 0's rows.
+        # Keras workaround: keras/src/backend/tensorflow/trainer.py builds the model under a
+        # strategy from a batch it reads with a first iterator of the dataset, which it then
+        # throws away: the training stream was built and read twice per `fit` (the skip to
+        # the resume position paid twice, the dropped-pairs count doubled), and its MEAN
+        # over replicas fails when replicas hold different numbers of rows. The dataset's
+        # element spec (shapes and dtypes) is all the symbolic build needs.
         if iterator is not None and self._distribute_strategy is not None:
-            local = self._distribute_strategy.experimental_local_results
-            for _, _, it in iterator:
-                data_batch = tf.nest.map_structure(
-                    lambda x: local(x)[0] if isinstance(x, tf.distribute.DistributedValues) else x,
-                    next(it)[:2],  # not the stream positions: Keras would take sample weights
-                )
-                break
+            # not the stream positions: Keras would take them for sample weights
+            data_batch = tuple(_local_spec(s) for s in _element_spec(iterator)[:2])
         return super()._maybe_symbolic_build(data_batch=data_batch)
+
+
+def _element_spec(iterator):
+    """The element spec of the dataset behind a Keras epoch iterator, without iterating it."""
+    dataset = iterator.data_adapter.get_tf_dataset()
+    return dataset.element_spec
+
+
+def _local_spec(spec):
+    """One replica's spec (a distributed dataset's per-replica specs hold one per replica)."""
+    return tf.nest.map_structure(
+        lambda s: s._value_specs[0] if hasattr(s, "_value_specs") else s, spec
+    )
 
 
 __all__ = ["TrainingModel", "all_reduce_sum"]

@@ -99,6 +99,8 @@ def train(plan: Plan) -> dict:
     stats = PipelineStats()
     subword = subword_sampler(tokenizer, settings.subword_alpha)  # training sentences only
     data_from = training_stream(train_data, tokenizer, settings, stats, subword)
+    if model.replica_next is not None:  # multi-worker: each worker reads its own share
+        data_from = worker_streams(job.strategy, model, data_from)
     valid_batches = validation_batches(valid, tokenizer, settings)
     callbacks = make_callbacks(settings, manager, model, guard, [metrics, bleu], job)
     try:
@@ -138,6 +140,7 @@ def training_checkpoint(model: TrainingModel, progress: cb.BleuProgress) -> tf.t
         data_position=model.data_position,
         data_next=model.data_next,
         rng=seed_states(model.transformer),
+        **({"replica_next": model.replica_next} if model.replica_next is not None else {}),
         bleu=progress,
         **ema.checkpoint_items(model.optimizer),
     )
@@ -181,20 +184,51 @@ def validation_batches(valid, tokenizer, settings: TrainSettings) -> tf.data.Dat
 
 
 def training_stream(train_data, tokenizer, settings: TrainSettings, stats, subword):
-    """`data_from(start)`: the training batches from stream position `start`, position-tagged."""
+    """`data_from(start)`: the training batches from stream position `start`, position-tagged.
 
-    def data_from(start: int) -> tf.data.Dataset:
+    `data_from(start, shard=(index, count), replicas=n)`: one worker's stream of its share of
+    the pairs, in batches of 1/n of the token budget (one replica's)."""
+
+    def data_from(start: int, shard=None, replicas: int = 1) -> tf.data.Dataset:
         return training_batches(
             train_data,
             tokenizer,
-            batch_tokens=settings.batch_tokens * settings.accum_steps,
+            batch_tokens=settings.batch_tokens * settings.accum_steps // replicas,
             max_length=settings.max_length,
             seed=settings.seed,
             start=start,
             stats=stats,
             positions=True,  # TrainingModel keeps the stream position of the next batch
             subword=subword,
+            shard=shard,
         )
+
+    return data_from
+
+
+def worker_streams(strategy, model: TrainingModel, stream):
+    """Multi-worker input: `data_from(_)` gives every worker a stream of its own share of
+    each pass's pairs (`training_batches(shard=...)`: pairs w, w + W, ... for worker w of
+    W), which it alone reads and tokenizes; each of its replicas takes whole batches of
+    1/(replicas of the job) of the token budget, so an update still holds about
+    --batch-tokens x --accum-steps tokens. The stream starts after the last batch this
+    worker's replicas trained on (`model.replica_next`), so a resume is exact."""
+    ids = strategy.run(lambda: tf.distribute.get_replica_context().replica_id_in_sync_group)
+    local = [int(i) for i in strategy.experimental_local_results(ids)]
+
+    def data_from(_start=None):
+        start = int(max(model.replica_next.numpy()[local]))
+
+        def worker_stream(context: tf.distribute.InputContext) -> tf.data.Dataset:
+            shard = (context.input_pipeline_id, context.num_input_pipelines)
+            logger.info(
+                "worker input: pairs %d, %d + %d, ... of every pass (share %d of %d), from "
+                "stream position %d",
+                shard[0], shard[0], shard[1], shard[0] + 1, shard[1], start,
+            )  # fmt: skip
+            return stream(start, shard=shard, replicas=context.num_replicas_in_sync)
+
+        return strategy.distribute_datasets_from_function(worker_stream)
 
     return data_from
 

@@ -156,6 +156,22 @@ def test_every_pass_sees_every_pair_once_in_its_own_order(setup):
     assert rows[0] != rows[1]
 
 
+def test_two_workers_shares_of_a_pass_see_each_pair_once(setup):
+    """`shard=(w, 2)`: worker w's stream reads and tokenizes pairs w, w + 2, ... of each
+    pass's order only; the two streams' first passes together hold every pair once."""
+    tokenizer, pairs = setup
+    expected = expected_rows(pairs.dataset, tokenizer, 64)
+    shares = [
+        collections.Counter(
+            pair_rows(first_passes(pairs, tokenizer, 1, max_length=64, shard=(w, 2))[0])
+        )
+        for w in range(2)
+    ]
+    assert sum(expected.values()) > 900
+    assert shares[0] + shares[1] == expected
+    assert 0.4 < sum(shares[0].values()) / sum(expected.values()) < 0.6
+
+
 @pytest.fixture(scope="module")
 def tfds_corpus(tmp_path_factory):
     from tests.data import tfds_fixture

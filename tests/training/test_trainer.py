@@ -273,12 +273,14 @@ def test_multi_worker_two_processes(tmp_path, multi30k_dir):
     """Two local workers: the non-chief waits for the chief's tokenizer, and early stopping
     on patience stops both at the same step (a chief-only decision would leave worker 1
     blocked in a collective). Only the chief writes: no worker_1 directory, no dead
-    checkpoints."""
+    checkpoints. Each worker reads its own share of the pairs (pairs w, w + 2, ...)."""
     model_dir = tmp_path / "mw"
     args = ["--train-steps", "12", "--steps-per-epoch", "6", "--checkpoint-every", "3",
             "--eval-every", "3", "--patience", "1"]  # fmt: skip
     outputs = run_workers(model_dir, multi30k_dir, *args)
     assert "early stopping" in outputs[0]
+    for w, out in enumerate(outputs):
+        assert f"worker input: pairs {w}, {w} + 2, ... of every pass (share {w + 1} of 2)" in out
     assert not os.path.exists(model_dir / "worker_1")  # the chief's tokenizer is used
     stop = int(Run(str(model_dir)).checkpoints()[-1].rsplit("-", 1)[1])
     assert stop < 12

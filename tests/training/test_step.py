@@ -1,0 +1,45 @@
+"""TrainingModel under a strategy: `fit` builds and reads the training stream once, and the
+input pipeline's state stays on the CPU."""
+
+import re
+
+import pytest
+import tensorflow as tf
+
+from keras_transformer.run_dir import Run
+from tests.training.small_corpus import run_train, write_corpus
+from tests.training.test_strategy import run_script
+
+
+@pytest.mark.slow
+def test_fit_under_a_strategy_builds_and_reads_the_stream_once():
+    """Keras' symbolic build under a strategy read a first batch from an iterator of its own,
+    then threw it away: the stream was built and read twice. The pipeline's counter is made
+    on CPU:0 even under another device's scope (the first accelerator, on a GPU machine)."""
+    result = run_script("replica_stream.py")
+    assert result["replicas"] == 2
+    assert result["mirrored_reads"] == result["default_reads"] == 1
+    assert result["counter_device"].endswith("/device:CPU:0")
+
+
+@pytest.mark.slow
+def test_one_device_and_two_cpus_drop_the_same_pairs_and_read_the_same_batches(
+    tmp_path, multi30k_dir
+):
+    """`--cpu-devices 2 --strategy mirrored` reads the training stream as one device does:
+    the same dropped-pairs count (it was doubled), the same stream position after 3 steps."""
+    flags = write_corpus(tmp_path / "corpus", multi30k_dir, 0, 1500)
+    flags += ["--train-steps", "3", "--steps-per-epoch", "3", "--eval-every", "100"]
+    dropped, positions = [], []
+    for name, extra in (("one", []), ("two", ["--cpu-devices", "2", "--strategy", "mirrored"])):
+        out = run_train(tmp_path / name, *flags, *extra)
+        dropped.append(int(re.search(r"dropped (\d+) training pairs", out.stdout).group(1)))
+        reader = tf.train.load_checkpoint(Run(str(tmp_path / name)).checkpoints()[-1])
+        positions.append(
+            [
+                reader.get_tensor(f"{key}/.ATTRIBUTES/VARIABLE_VALUE")
+                for key in ("data_position", "data_next")
+            ]
+        )
+    assert dropped[0] == dropped[1] > 0
+    assert positions[0] == positions[1] == [3, 3]

@@ -10,6 +10,10 @@ marker " [n]" so that no two pairs are equal. Then:
   training setting automatic (only --log-every 1, to see the first update, and the
   evaluation size), stops it after its first optimizer update, and reports the resolved
   settings (config.json), the seconds from start to that update and train.py's peak RSS;
+- starts it again in the same run directory (config.json and spm.model there: no tokenizer
+  training) up to the end of its first update, moves that checkpoint's data position to the
+  middle of a chunk in the middle of the first pass, and resumes from it: the seconds from
+  start to the first update of each (the resume's target: within 10% of the fresh start's);
 - measures the training input pipeline (`training_batches` with the run's tokenizer and
   tokens per update, --batch-tokens x --accum-steps) in its own process, on the full
   dataset and on one 10x smaller: pairs/s and peak RSS, which must stay flat with the
@@ -97,13 +101,17 @@ def peak_rss_mb(pid: int) -> float:
     return 0.0
 
 
-def rehearse(data_dir: str, model_dir: str) -> dict:
-    """train.py until its first update: resolved settings, seconds, peak RSS."""
-    cmd = [
+def train_command(data_dir: str, model_dir: str) -> list[str]:
+    return [
         sys.executable, os.path.join(ROOT, "train.py"), "--dataset", f"tfds:{NAME}",
         "--data-dir", data_dir, "--preset", "base", "--model-dir", model_dir,
         "--log-every", "1", "--eval-sentences", "50", "--verbose", "2",
     ]  # fmt: skip
+
+
+def rehearse(data_dir: str, model_dir: str) -> dict:
+    """train.py until its first update: resolved settings, seconds, peak RSS."""
+    cmd = train_command(data_dir, model_dir)
     metrics = os.path.join(model_dir, "metrics.jsonl")
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -126,6 +134,95 @@ def rehearse(data_dir: str, model_dir: str) -> dict:
         "settings": settings,
         "seconds_to_first_update": first_update,
         "train_py_peak_rss_mb": peak,
+    }
+
+
+def updated_to(metrics: str, step: int) -> bool:
+    """Whether metrics.jsonl has a record of update `step` (or later)."""
+    if not os.path.isfile(metrics):
+        return False
+    with open(metrics) as handle:
+        for line in handle:
+            try:
+                if json.loads(line).get("step", 0) >= step:
+                    return True
+            except ValueError:  # a line being written
+                continue
+    return False
+
+
+def seconds_to_update(cmd: list[str], model_dir: str, step: int, stop: bool = True) -> float:
+    """Seconds from the start of `cmd` to the metrics record of update `step`; then the
+    process is killed (`stop`) or waited for (it must then end with status 0)."""
+    metrics = os.path.join(model_dir, "metrics.jsonl")
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    seconds = None
+    try:
+        while proc.poll() is None:
+            if seconds is None and updated_to(metrics, step):
+                seconds = round(time.perf_counter() - start, 1)
+                if stop:
+                    break
+            time.sleep(0.2)
+    finally:
+        if stop:
+            proc.kill()
+        output = proc.communicate()[0]
+    if seconds is None and updated_to(metrics, step):  # the process ended between two looks
+        seconds = round(time.perf_counter() - start, 1)
+    if seconds is None or (not stop and proc.returncode):
+        raise SystemExit(f"train.py did not reach update {step}:\n{output[-3000:]}")
+    return seconds
+
+
+def move_checkpoint(prefix: str, position: int, batches: int) -> None:
+    """Rewrite checkpoint `prefix` with its data stream at stream position `position` and
+    `batches` batches consumed (everything else as saved)."""
+    import numpy as np
+    import tensorflow as tf
+
+    reader = tf.train.load_checkpoint(prefix)
+    dtypes = reader.get_variable_to_dtype_map()
+    new = {"data_next": position, "data_position": batches}
+    names, tensors = sorted(dtypes), []
+    for name in names:
+        key = name.split("/", 1)[0]
+        if key in new and name.endswith("VARIABLE_VALUE"):
+            tensors.append(tf.constant(np.asarray(new[key], dtype=dtypes[name].as_numpy_dtype)))
+        else:
+            tensors.append(tf.constant(reader.get_tensor(name), dtype=dtypes[name]))
+    tf.raw_ops.SaveV2(
+        prefix=prefix, tensor_names=names, shape_and_slices=[""] * len(names), tensors=tensors
+    )
+
+
+def resume_vs_fresh(cmd: list[str], model_dir: str, pairs: int) -> dict:
+    """Seconds to the first update of a fresh start in `model_dir` (its config.json and
+    spm.model already there: no tokenizer training; run to the end of update 1, which saves
+    a checkpoint) and of a resume from that checkpoint moved to the middle of a chunk in the
+    middle of the first pass (what a preemption at a random moment costs)."""
+    from keras_transformer.data.pipeline import chunk_size, stream_position
+    from keras_transformer.run_dir import Run
+
+    for name in ("metrics.jsonl", "logs", "checkpoints"):  # what the first start left
+        path = os.path.join(model_dir, name)
+        if os.path.isdir(path):
+            shutil.rmtree(path)
+        elif os.path.isfile(path):
+            os.remove(path)
+    fresh = seconds_to_update([*cmd, "--train-steps", "1"], model_dir, 1, stop=False)
+    settings = json.load(open(os.path.join(model_dir, "config.json")))["training"]
+    chunks = -(-pairs // chunk_size(pairs))
+    in_chunk = max(1, settings["steps_per_epoch"] // chunks) // 2
+    position = stream_position(0, in_chunk, chunk=chunks // 2)
+    move_checkpoint(Run(model_dir).checkpoints()[-1], position, settings["steps_per_epoch"] // 2)
+    resumed = seconds_to_update([*cmd, "--train-steps", "2"], model_dir, 2)
+    return {
+        "fresh_start_s": fresh,
+        "resume_mid_pass_s": resumed,
+        "resumed_at": {"pass": 0, "chunk": chunks // 2, "batch_in_chunk": in_chunk},
+        "resume_over_fresh": round(resumed / fresh, 3),
     }
 
 
@@ -171,6 +268,11 @@ def main(argv=None) -> None:
     parser.add_argument(
         "--build-only", action="store_true", help="build and cache the datasets, measure nothing"
     )
+    parser.add_argument(
+        "--no-resume",
+        action="store_true",
+        help="skip the resume figures (a fresh start and a resume mid-pass, to the first update)",
+    )
     parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -194,6 +296,9 @@ def main(argv=None) -> None:
     model_dir = tempfile.mkdtemp(prefix="kt-rehearsal-")
     try:
         report["train_py"] = rehearse(big_dir, model_dir)
+        if not args.no_resume:
+            cmd = train_command(big_dir, model_dir)
+            report["resume"] = resume_vs_fresh(cmd, model_dir, args.pairs)
         settings = report["train_py"]["settings"]
         # the training stream's batches are whole updates (split into micro-batches later)
         update_tokens = settings["batch_tokens"] * (settings.get("accum_steps") or 1)

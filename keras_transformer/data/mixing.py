@@ -1,19 +1,22 @@
 """Several training corpora drawn from with sampling weights, as one training source.
 
-A `MixedText` has the interface `training_batches` reads from a `ParallelText` (`epoch`,
-`dataset`, `num_pairs`, `report`), so the training stream, its stream positions and an exact
-resume work as for one corpus:
+A `MixedText` has the interface `training_batches` reads from a `ParallelText` (`passes`,
+`epoch`, `keep`, `dataset`, `num_pairs`, `report`), so the training stream, its stream
+positions and an exact resume work as for one corpus:
 
 - Every corpus streams on its own: pass p of corpus i is every pair of it once, in the order
-  `ParallelText.epoch(seed, p)` gives (TFDS pieces interleaved), shuffled with a buffer whose
-  seed depends only on (seed, i, p). The passes follow each other without end.
+  `ParallelText.epoch(seed, p)` gives (pieces interleaved), cut into chunks of
+  `shuffle_buffer` pairs, each shuffled whole with a seed that depends only on (seed, i, p,
+  chunk). The passes follow each other without end.
 - A mixed pass (one "epoch" of the training stream) draws as many pairs as the corpora hold
   together, N = n_1 + ... + n_k, and takes exactly q_i of them from corpus i, q_i
   proportional to its weight (largest remainder). Which corpus gives the j-th pair is a
   stateless shuffle of the quotas seeded by (seed, epoch), read by
   `tf.data.Dataset.choose_from_datasets`. Corpus i therefore stands at pair e * q_i of its own
-  stream when mixed pass e starts: a pass is rebuilt from (seed, e) alone, and the stream
-  position `training_batches` checkpoints (pass, batch in the pass) is enough to resume.
+  stream when mixed pass e starts, and at e * q_i plus its draws among the first j when draw
+  j of it starts: `passes(seed, start)` positions every corpus's stream there once (reading
+  past whole chunks of it without shuffling them) and reads each corpus on from pass to
+  pass, once per pass.
 - Weights omitted: proportional to the sizes, so a mixed pass is one pass over every corpus.
 - A tagged corpus's sources start with `TAG` and a space (Caswell et al., 2019, tagged
   back-translation); `TAG` is a user-defined SentencePiece symbol, so it is one id.
@@ -23,8 +26,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from keras_transformer.data.pipeline import _shuffle_with_seed
-from keras_transformer.data.sources import DataError, ParallelText
+from keras_transformer.data.sources import DataError, ParallelText, drawn
 
 TAG = "<BT>"  # the reserved SentencePiece symbol of a tagged corpus
 SHUFFLE_BUFFER = 20_000  # pairs in each corpus's own shuffle buffer
@@ -75,40 +77,73 @@ class MixedText:
             data = data.concatenate(corpus.dataset)
         return data
 
-    def stream(self, index: int, seed: int, start: int | tf.Tensor) -> tf.data.Dataset:
-        """Corpus `index`'s endless stream of passes, from its pair `start` on."""
-        corpus, size = self.corpora[index], self.sizes[index]
-        start = tf.cast(start, tf.int64)
+    @property
+    def keep(self):
+        """The filter applied after the choice (a TFDS corpus's empty pairs), or None."""
+        return next((c.keep for c in self.corpora if c.keep), None)
 
-        def one_pass(p):
+    def stream(self, index: int, seed: int, start: int) -> tf.data.Dataset:
+        """Corpus `index`'s endless stream of passes, from its pair `start` (a Python int)
+        on: pass p cut into chunks of `shuffle_buffer` pairs, each shuffled whole with a seed
+        of (seed, index, p, chunk), so the chunks before `start` are passed over unread
+        (`ParallelText.epoch(..., start=)`), and the one it falls in is read from its start."""
+        corpus, size, buffer = self.corpora[index], self.sizes[index], self.shuffle_buffer
+
+        def one_pass(p, chunk=0):
+            corpus_seed = tf.constant(seed, tf.int64) * 1_000 + index
             pass_seed = tf.random.stateless_uniform(
-                [], seed=tf.stack([tf.constant(seed, tf.int64) * 1_000 + index, p]),
+                [], seed=tf.stack([corpus_seed, tf.cast(p, tf.int64)]),
                 minval=None, maxval=None, dtype=tf.int64,
             )  # fmt: skip
-            pairs = corpus.epoch(seed, p, filtered=False)
-            return _shuffle_with_seed(pairs, self.shuffle_buffer, pass_seed)
 
-        passes = tf.data.Dataset.range(start // size, tf.int64.max).flat_map(one_pass)
-        data = passes.skip(start % size)
+            def shuffled(c, pair):
+                order = tf.random.experimental.stateless_shuffle(
+                    tf.range(tf.shape(pair[0])[0]), seed=tf.stack([pass_seed, c])
+                )
+                return tf.data.Dataset.from_tensor_slices(tuple(tf.gather(x, order) for x in pair))
+
+            pairs = corpus.epoch(seed, p, filtered=False, start=chunk * buffer).batch(buffer)
+            return pairs.enumerate(start=chunk).flat_map(shuffled)
+
+        first, at = divmod(int(start), size)
+        head = one_pass(first, at // buffer).skip(at % buffer)
+        data = head.concatenate(tf.data.Dataset.range(first + 1, tf.int64.max).flat_map(one_pass))
         if index in self.tagged:
             data = data.map(lambda s, t: (tf.strings.join([TAG, s], separator=" "), t))
         return data
 
-    def epoch(self, seed: int, epoch: int | tf.Tensor) -> tf.data.Dataset:
-        """Mixed pass `epoch`: `num_pairs` pairs, `quotas[i]` of them from corpus i, in an
-        order that depends only on (`seed`, `epoch`)."""
-        epoch = tf.cast(epoch, tf.int64)
-        streams = [self.stream(i, seed, epoch * q) for i, q in enumerate(self.quotas)]
+    def order(self, seed: int, epoch: int | tf.Tensor) -> tf.Tensor:
+        """(num_pairs,) int64: the corpus of each draw of mixed pass `epoch`."""
         choice = tf.repeat(tf.range(len(self.quotas), dtype=tf.int64), self.quotas)
         mix_seed = tf.random.experimental.stateless_fold_in(
-            tf.stack([tf.constant(seed, tf.int64), epoch]), _MIX_SALT
+            tf.stack([tf.constant(seed, tf.int64), tf.cast(epoch, tf.int64)]), _MIX_SALT
         )
-        order = tf.random.experimental.stateless_shuffle(choice, seed=mix_seed)
-        pairs = tf.data.Dataset.choose_from_datasets(
-            streams, tf.data.Dataset.from_tensor_slices(order), stop_on_empty_dataset=True
-        )
-        keep = next((c.keep for c in self.corpora if c.keep), None)
-        return keep(pairs) if keep else pairs  # after the choice: counts stay exact
+        return tf.random.experimental.stateless_shuffle(choice, seed=mix_seed)
+
+    def passes(self, seed: int, start: int = 0) -> tf.data.Dataset:
+        """The endless stream of mixed passes (`num_pairs` draws each, `keep` not applied)
+        from its draw `start` (a Python int) on: every corpus's stream is built once,
+        positioned where the draws before `start` left it, and read on from pass to pass."""
+        first, offset = divmod(int(start), self.num_pairs)
+        before = drawn(self.order(seed, first)[:offset], len(self.quotas)).numpy()
+        streams = [
+            self.stream(i, seed, first * q + int(before[i])) for i, q in enumerate(self.quotas)
+        ]
+
+        def draws(e):
+            return tf.data.Dataset.from_tensor_slices(
+                self.order(seed, e)[tf.where(e == first, offset, 0) :]
+            )
+
+        choice = tf.data.Dataset.counter(first).flat_map(draws)
+        return tf.data.Dataset.choose_from_datasets(streams, choice, stop_on_empty_dataset=True)
+
+    def epoch(self, seed: int, epoch: int, filtered: bool = True) -> tf.data.Dataset:
+        """Mixed pass `epoch`: `num_pairs` pairs, `quotas[i]` of them from corpus i, in an
+        order that depends only on (`seed`, `epoch`)."""
+        pairs = self.passes(seed, int(epoch) * self.num_pairs).take(self.num_pairs)
+        keep = self.keep
+        return keep(pairs) if keep and filtered else pairs  # after the choice: counts stay exact
 
     def report(self) -> str:
         share = [q / self.num_pairs for q in self.quotas]

@@ -190,17 +190,28 @@ def _shuffle_with_seed(data: tf.data.Dataset, buffer: int, seed: tf.Tensor) -> t
     return tf.data.Dataset.from_tensors(tf.cast(seed, tf.int64)).flat_map(shuffled)
 
 
-POSITION_BITS = 32  # a stream position is pass << POSITION_BITS | batch index in the pass
+POSITION_BITS = 32  # a stream position is pass << POSITION_BITS | index in the pass
+CHUNK_BITS = 20  # the index in the pass is chunk << CHUNK_BITS | batch index in the chunk
+MAX_CHUNKS = 1 << (POSITION_BITS - CHUNK_BITS)  # chunks per pass (larger corpora: larger chunks)
+CHUNK_PAIRS = 100_000  # raw pairs per chunk of a pass: the most a resume tokenizes again
 
 
-def stream_position(epoch: int, index: int) -> int:
-    """The int64 position of batch `index` of pass `epoch` (what `training_batches` tags)."""
-    return (epoch << POSITION_BITS) | index
+def stream_position(epoch: int, index: int, chunk: int = 0) -> int:
+    """The int64 position of batch `index` of chunk `chunk` of pass `epoch` (what
+    `training_batches` tags)."""
+    return (epoch << POSITION_BITS) | (chunk << CHUNK_BITS) | index
 
 
 def split_position(position: int) -> tuple[int, int]:
-    """(pass, batch index in the pass) of a stream position."""
+    """(pass, index in the pass: chunk << CHUNK_BITS | batch index in the chunk) of a stream
+    position; with one chunk per pass, the batch index in the pass."""
     return position >> POSITION_BITS, position & ((1 << POSITION_BITS) - 1)
+
+
+def chunk_size(num_pairs: int, chunk_pairs: int = CHUNK_PAIRS) -> int:
+    """Raw pairs per chunk of a pass of `num_pairs` pairs: `chunk_pairs`, or more when the
+    pass would need more than `MAX_CHUNKS` chunks."""
+    return max(chunk_pairs, -(-num_pairs // MAX_CHUNKS), 1)
 
 
 def training_batches(
@@ -214,33 +225,47 @@ def training_batches(
     stats: PipelineStats | None = None,
     positions: bool = False,
     shard: tuple[int, int] | None = None,
+    chunk_pairs: int | None = None,
     **kwargs,
 ) -> tf.data.Dataset:
     """The infinite training stream of `((src, tgt_in), tgt_out)` batches (with `positions`:
     `((src, tgt_in), tgt_out, position)`, which `TrainingModel` reads).
 
-    Pass e (0, 1, ...) is one full pass over `corpus` (a `ParallelText`): its pairs in the
-    order `corpus.epoch(seed, e)` gives, shuffled with a seed that depends only on
-    (`seed`, e), then batched by `make_batches`. Every pass sees every pair exactly once
-    (pairs over `max_length` dropped), in an order of its own. `position` (rows,) int64 tags
-    every row with `stream_position(pass, index of the batch in the pass)`, so a training
-    step knows where the stream stands. `start` (a stream position) begins at that batch of
-    its pass: earlier passes are not read again, and the batches of the same pass before
-    it are rebuilt from the pass's start (the shuffle buffer's state depends on them) but
-    never trained on. `shard` (index, count): this stream reads pairs index, index + count,
-    ... of every pass's order only (one worker's share, tokenized by that worker alone); its
-    batches and positions are its own. Other keyword arguments go to `make_batches` (shuffle_buffer,
-    boundaries, subword: sampled segmentations, drawn from (`seed`, pass), so they too are
-    the same when a pass is rebuilt).
+    Pass e (0, 1, ...) is one full pass over `corpus` (a `ParallelText` or `MixedText`): its
+    `num_pairs` raw pairs in the order `corpus.passes(seed, ...)` gives, cut into chunks of
+    `chunk_size(num_pairs, chunk_pairs or CHUNK_PAIRS)` raw pairs (one chunk when the corpus
+    is no larger); each chunk is batched by `make_batches` on its own (shuffled, bucketed, and with
+    `subword` its segmentations sampled) from a seed that depends only on (`seed`, e, chunk):
+    chunk 0's seed is (`seed`, e), so a corpus of one chunk is batched as one whole pass.
+    Every pass sees every pair exactly once (pairs over `max_length` dropped), in an order of
+    its own. `position` (rows,) int64 tags every row with `stream_position(pass, index of
+    the batch in its chunk, chunk)`, so a training step knows where the stream stands.
+    `start` (a stream position) begins at that batch: the raw pairs of the chunks before
+    it are read past without being tokenized (`passes` skips them), and only the batches of
+    its own chunk before it are rebuilt (the shuffle buffer's state depends on them) but
+    never trained on: a resume tokenizes at most one chunk again, whatever the corpus size.
+    `shard` (index, count): this stream reads pairs index, index + count, ... of every
+    chunk's order only (one worker's share, tokenized by that worker alone); its batches and
+    positions are its own. Other keyword arguments go to `make_batches` (shuffle_buffer,
+    boundaries, subword).
     """
     if not isinstance(start, int) or isinstance(start, bool) or start < 0:
         raise PipelineError(f"start must be a stream position >= 0, got {start!r}")
     stats = stats or PipelineStats()
-    first_pass, skip = split_position(start)
+    first_pass, index = split_position(start)
+    first_chunk, skip = index >> CHUNK_BITS, index & ((1 << CHUNK_BITS) - 1)
     check_batch_settings(batch_tokens, max_length)  # before the stream is built
+    total = corpus.num_pairs
+    if not total:
+        raise PipelineError("the training corpus's number of pairs must be known and positive")
+    size = chunk_size(total, chunk_pairs or CHUNK_PAIRS)
+    chunks = -(-total // size)  # per pass
+    keep = corpus.keep
 
-    def one_pass(epoch):
-        pairs = corpus.epoch(seed, epoch)
+    def chunk_batches(key, window):
+        epoch, chunk = key // chunks, key % chunks
+        pairs = window.map(lambda i, src, tgt: (src, tgt))
+        pairs = keep(pairs) if keep else pairs
         if shard is not None:
             pairs = pairs.shard(shard[1], shard[0])
         batches = make_batches(
@@ -249,23 +274,38 @@ def training_batches(
             batch_tokens=batch_tokens,
             max_length=max_length,
             seed=seed,
-            epoch=epoch,
+            epoch=epoch + tf.bitwise.left_shift(chunk, tf.constant(POSITION_BITS, tf.int64)),
             stats=stats,
             prefetch=False,
             **kwargs,
         )
-        return _tag_positions(batches, epoch) if positions else batches
+        if positions:
+            batches = _tag_positions(batches, epoch, chunk)
+        resumed = tf.logical_and(epoch == first_pass, chunk == first_chunk)
+        return batches.skip(tf.where(resumed, tf.constant(skip, tf.int64), 0))
 
-    data = tf.data.Dataset.counter(first_pass).flat_map(one_pass).skip(skip)
+    def key(i, src, tgt):  # the chunk of raw pair i of the stream, counted over the passes
+        return (i // total) * chunks + (i % total) // size
+
+    def window_size(key):  # the last chunk of a pass holds the rest
+        last = tf.constant(total - (chunks - 1) * size, tf.int64)
+        return tf.where(key % chunks == chunks - 1, last, tf.constant(size, tf.int64))
+
+    begin = first_pass * total + first_chunk * size
+    raw = corpus.passes(seed, begin).enumerate(start=begin)
+    data = raw.map(lambda i, pair: (i, *pair)).group_by_window(
+        key, chunk_batches, window_size_func=window_size
+    )
     return data.prefetch(tf.data.AUTOTUNE)
 
 
-def _tag_positions(batches: tf.data.Dataset, epoch: tf.Tensor) -> tf.data.Dataset:
-    """Pass `epoch`'s batches with every row tagged with its batch's `stream_position`."""
+def _tag_positions(batches: tf.data.Dataset, epoch: tf.Tensor, chunk: tf.Tensor):
+    """A chunk's batches with every row tagged with its batch's `stream_position`."""
 
     def tag(index, batch):
         (src, tgt_in), tgt_out = batch
         shifted = tf.bitwise.left_shift(epoch, tf.constant(POSITION_BITS, tf.int64))
+        shifted |= tf.bitwise.left_shift(chunk, tf.constant(CHUNK_BITS, tf.int64))
         here = tf.bitwise.bitwise_or(shifted, index)
         return (src, tgt_in), tgt_out, tf.fill(tf.shape(src)[:1], here)
 

@@ -45,20 +45,49 @@ class ParallelText:
     keep: Callable[[tf.data.Dataset], tf.data.Dataset] | None = None
     # `dataset` before `keep`: every one of the `num_pairs` pairs (a mixture counts them)
     unfiltered: tf.data.Dataset | None = None
+    # `seek(i, k)`: piece i from its pair k on, without reading the pairs before it as
+    # tf.data elements (None: `pieces[i].skip(k)`)
+    seek: Callable[[int, int], tf.data.Dataset] | None = None
 
-    def epoch(self, seed: int, epoch: int | tf.Tensor, filtered: bool = True) -> tf.data.Dataset:
+    def epoch(
+        self, seed: int, epoch: int | tf.Tensor, filtered: bool = True, start: int | tf.Tensor = 0
+    ) -> tf.data.Dataset:
         """Every pair once, in the order of pass `epoch`: the pieces interleaved at random
         (stateless, from `seed` and `epoch`), each read front to back. With `filtered`
-        False, `keep` is not applied: exactly `num_pairs` pairs."""
+        False, `keep` is not applied: exactly `num_pairs` pairs. From the pass's pair
+        `start` on (counted before `keep`): each piece skips, unread by anything after it,
+        the pairs of it that the order gives before `start` (a Python int `start`, in eager
+        mode: through `seek`, reading no pair before it as a tf.data element)."""
         if not self.pieces:
-            return self.dataset if filtered or self.unfiltered is None else self.unfiltered
+            data = self.dataset if filtered or self.unfiltered is None else self.unfiltered
+            return data.skip(tf.cast(start, tf.int64))
         choice = tf.repeat(tf.range(len(self.pieces), dtype=tf.int64), self.piece_sizes)
         pass_seed = tf.stack([tf.constant(seed, tf.int64), tf.cast(epoch, tf.int64)])
         order = tf.random.experimental.stateless_shuffle(choice, seed=pass_seed)
+        before = drawn(order[: tf.cast(start, tf.int64)], len(self.pieces))
+        if isinstance(start, int) and tf.executing_eagerly():
+            seek = self.seek or (lambda i, k: self.pieces[i].skip(k))
+            pieces = [
+                seek(i, int(k)) if k else p
+                for i, (p, k) in enumerate(zip(self.pieces, before.numpy()))
+            ]
+        else:
+            pieces = [piece.skip(before[i]) for i, piece in enumerate(self.pieces)]
+        start = tf.cast(start, tf.int64)
         pairs = tf.data.Dataset.choose_from_datasets(
-            self.pieces, tf.data.Dataset.from_tensor_slices(order), stop_on_empty_dataset=False
+            pieces, tf.data.Dataset.from_tensor_slices(order[start:]), stop_on_empty_dataset=False
         )
         return self.keep(pairs) if self.keep and filtered else pairs
+
+    def passes(self, seed: int, start: int = 0) -> tf.data.Dataset:
+        """The endless stream of passes (pass p: `epoch(seed, p, filtered=False)`, exactly
+        `num_pairs` pairs), from its raw pair `start` (a Python int) on: the pass it falls in
+        is placed there by `epoch(..., start=)`, the later ones read from their starts."""
+        first, offset = divmod(start, self.num_pairs)
+        rest = tf.data.Dataset.counter(first + 1).flat_map(
+            lambda p: self.epoch(seed, p, filtered=False)
+        )
+        return self.epoch(seed, first, filtered=False, start=offset).concatenate(rest)
 
     def report(self) -> str:
         parts = [self.description]
@@ -69,6 +98,13 @@ class ParallelText:
         if self.skipped_invalid_utf8:
             parts.append(f"skipped {self.skipped_invalid_utf8} pairs with invalid UTF-8")
         return ", ".join(parts)
+
+
+def drawn(order: tf.Tensor, count: int) -> tf.Tensor:
+    """(count,) int64: how many times `order` (int64 indices < count) gives each index."""
+    return tf.math.bincount(
+        tf.cast(order, tf.int32), minlength=count, maxlength=count, dtype=tf.int64
+    )
 
 
 FILE_PIECES = 64  # a training file pair is read as up to this many contiguous pieces
@@ -139,7 +175,7 @@ def read_parallel_files(
         if lines_
     )
     description = f"{source_path} + {target_path}" + (f" ({first_bad})" if first_bad else "")
-    parts, sizes = _file_pieces(indexes, skip, pieces)
+    parts, sizes, seek = _file_pieces(indexes, skip, pieces)
     return ParallelText(
         dataset=dataset,
         description=description,
@@ -148,33 +184,40 @@ def read_parallel_files(
         skipped_invalid_utf8=len(bad),
         pieces=parts,
         piece_sizes=sizes,
+        seek=seek,
     )
 
 
 def _file_pieces(indexes, skip: list[int], pieces: int):
-    """(piece datasets, their sizes) of a file pair, or (None, None) for one piece."""
+    """(piece datasets, their sizes, seek) of a file pair, or (None, None, None) for one
+    piece."""
     source, target = indexes
     # both files have marks at the same line numbers (they depend on the line count alone)
     bounds = piece_bounds(source.count, source.marks, pieces)
     if pieces <= 1 or len(bounds) <= 2:
-        return None, None
+        return None, None, None
     skipped = set(skip)
     spec = (tf.TensorSpec((), tf.string), tf.TensorSpec((), tf.string))
 
-    def piece(first: int, stop: int) -> tf.data.Dataset:
+    def piece(first: int, stop: int, offset: int = 0) -> tf.data.Dataset:
         def pairs():
             numbers = range(first, stop)
+            left = offset  # kept pairs to pass over in Python, not as tf.data elements
             for number, src, tgt in zip(
                 numbers, source.read(first, stop), target.read(first, stop)
             ):
-                if number not in skipped:
-                    yield src, tgt
+                if number in skipped:
+                    continue
+                if left:
+                    left -= 1
+                    continue
+                yield src, tgt
 
         return tf.data.Dataset.from_generator(pairs, output_signature=spec)
 
     spans = list(zip(bounds[:-1], bounds[1:]))
     sizes = [stop - first - sum(1 for n in skip if first <= n < stop) for first, stop in spans]
-    return [piece(first, stop) for first, stop in spans], sizes
+    return [piece(first, stop) for first, stop in spans], sizes, lambda i, k: piece(*spans[i], k)
 
 
 def _without_lines(dataset: tf.data.Dataset, skip: list[int]) -> tf.data.Dataset:
@@ -376,6 +419,13 @@ def tfds_translation(
     names = tfds.even_splits(split, n=max(1, min(pieces, size)))
     sizes = [builder.info.splits[s].num_examples for s in names]
     parts = [read(s) for s in names] if len(names) > 1 else None
+    starts = [sum(sizes[:i]) for i in range(len(sizes))]  # even splits follow each other
+
+    def seek(i: int, k: int) -> tf.data.Dataset:  # TFDS skips the records unparsed
+        if k >= sizes[i]:
+            return read(names[i]).take(0)  # TFDS refuses an empty slice
+        return read(f"{split}[{starts[i] + k}:{starts[i] + sizes[i]}]")
+
     return ParallelText(
         dataset=_drop_empty(read(split)),
         description=f"tfds:{name} [{split}]",
@@ -384,6 +434,7 @@ def tfds_translation(
         piece_sizes=sizes if parts else None,
         keep=_drop_empty,
         unfiltered=read(split),
+        seek=seek if parts else None,
     )
 
 

@@ -8,8 +8,10 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer.data import (
+    ParallelText,
     SubwordTokenizer,
     load_parallel,
+    pipeline,
     read_parallel_files,
     train_sentencepiece,
 )
@@ -162,3 +164,36 @@ def test_a_tfds_corpus_in_a_mix_is_counted_before_its_empty_pairs_are_dropped(co
     assert len(drawn) - len(from_tfds) == 1800 and all(s and t for s, t in from_tfds)
     kept = [(en, de) for en, de in sentence_pairs("train", 1200) if de]
     assert collections.Counter(from_tfds[: len(kept)]) == collections.Counter(kept)
+
+
+def counted(corpus, reads):
+    """`corpus` (no pieces) read through a Python generator that counts the pairs it yields
+    in `reads[0]`: a pair skipped by tf.data is read, and counted, too."""
+    pairs = list(corpus.dataset.as_numpy_iterator())
+
+    def generate():
+        for pair in pairs:
+            reads[0] += 1
+            yield pair
+
+    spec = (tf.TensorSpec((), tf.string), tf.TensorSpec((), tf.string))
+    dataset = tf.data.Dataset.from_generator(generate, output_signature=spec)
+    return ParallelText(dataset, corpus.description, num_pairs=len(pairs))
+
+
+def test_a_mixed_stream_reads_each_corpus_once_per_pass(corpora, monkeypatch):
+    """Four mixed passes at 1:3: both corpora stand mid-pass at every epoch start (corpus
+    b, 414 pairs, is drawn 760 times a pass). Each is read as often as it is drawn, plus at
+    most what is read ahead (chunks of 100 draws, shuffle runs of 50 pairs), not again from
+    the start of its pass up to its place at every epoch start (834 and 924 pairs more)."""
+    monkeypatch.setattr(pipeline, "CHUNK_PAIRS", 100, raising=False)
+    a, b, tokenizer = corpora
+    reads = [[0], [0]]
+    mix = MixedText([counted(a, reads[0]), counted(b, reads[1])], [1, 3], shuffle_buffer=50)
+    assert mix.quotas == [254, 760]
+    data, _ = stream(mix, tokenizer)
+    passes = 4
+    batches = tagged(data.take_while(lambda *b: b[2][0] < stream_position(passes, 0)))
+    assert {epoch for epoch, _, _ in batches} == set(range(passes))
+    for (count,), quota in zip(reads, mix.quotas):
+        assert passes * quota <= count <= passes * quota + 500

@@ -13,6 +13,7 @@ from keras_transformer.data import (
     bucket_boundaries,
     load_parallel,
     make_batches,
+    pipeline,
     train_sentencepiece,
     training_batches,
 )
@@ -294,3 +295,109 @@ def test_a_file_pass_draws_from_the_whole_corpus_from_its_start(setup, tmp_path,
     expected = expected_rows(corpus.dataset, tokenizer, 64)
     for one in passes:
         assert collections.Counter(pair_rows(one)) == expected
+
+
+def file_corpus(folder, pairs):
+    """`pairs` (a ParallelText) written to two files and read back in pieces."""
+    lines = [(s.decode(), t.decode()) for s, t in pairs.dataset.as_numpy_iterator()]
+    for side, lang in enumerate(("en", "de")):
+        (folder / f"c.{lang}").write_text("".join(f"{p[side]}\n" for p in lines), encoding="utf-8")
+    return load_parallel(
+        "files", "train", "en", "de", files=(str(folder / "c.en"), str(folder / "c.de"))
+    )
+
+
+def chunk_of(index):
+    return index >> 20  # pipeline.CHUNK_BITS
+
+
+@pytest.mark.parametrize("at", ["inside", "chunk_end", "next_pass"])
+def test_a_pass_in_chunks_sees_every_pair_once_and_restarts_exactly(
+    setup, tmp_path, monkeypatch, at
+):
+    """A pass cut into chunks of 150 raw pairs (100,000 in training) of a corpus read in 64
+    pieces: every pass sees every pair once, chunk by chunk; starting at the position a batch
+    carries gives the uninterrupted stream from that batch: inside a chunk, at a chunk's last
+    batch (the next position is past the chunk's end) and inside the second pass."""
+    monkeypatch.setattr(pipeline, "CHUNK_PAIRS", 150, raising=False)
+    tokenizer, pairs = setup
+    corpus = file_corpus(tmp_path, pairs)
+    assert corpus.num_pairs == 1014 and len(corpus.pieces) > 8  # 7 chunks per pass
+    full, _ = stream(corpus, tokenizer)
+    batches = tagged(full.take(160))
+    first_pass = [index for epoch, index, _ in batches if epoch == 0]
+    assert [chunk_of(i) for i in first_pass] == sorted(chunk_of(i) for i in first_pass)
+    assert {chunk_of(i) for i in first_pass} == set(range(7))
+    expected = expected_rows(corpus.dataset, tokenizer, 32)
+    assert collections.Counter(pair_rows([b for e, _, b in batches if e == 0])) == expected
+    ends = [
+        k
+        for k in range(len(first_pass) - 1)
+        if chunk_of(first_pass[k + 1]) != chunk_of(first_pass[k])
+    ]
+    k = {
+        "inside": next(k for k, (e, i, _) in enumerate(batches) if chunk_of(i) == 3) + 2,
+        "chunk_end": ends[1],
+        "next_pass": next(k for k, (e, i, _) in enumerate(batches) if e == 1 and chunk_of(i) == 4)
+        + 1,
+    }[at]
+    epoch, index, _ = batches[k]
+    resumed, _ = stream(corpus, tokenizer, start=stream_position(epoch, index))
+    got = [batch for _, _, batch in tagged(resumed.take(5))]
+    assert_same_batches(got, [batch for _, _, batch in batches[k : k + 5]])
+
+
+class CountingTokenizer:
+    """A tokenizer that counts the sentences it tokenizes."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        with tf.device("/CPU:0"):
+            self.sentences = tf.Variable(0, dtype=tf.int64, trainable=False)
+
+    def tokenize(self, text):
+        counted = self.sentences.assign_add(tf.size(text, out_type=tf.int64))
+        with tf.control_dependencies([counted]):
+            return self.inner.tokenize(tf.identity(text))
+
+
+def test_a_restart_tokenizes_its_own_chunk_not_what_came_before(setup, tmp_path, monkeypatch):
+    """Restarted at the last batch of a pass of 7 chunks of 150 raw pairs, the stream
+    tokenizes that chunk (114 pairs) and what it prefetches after it, not the 900 pairs of
+    the chunks before it: a resume costs about one chunk, whatever the corpus size."""
+    monkeypatch.setattr(pipeline, "CHUNK_PAIRS", 150, raising=False)
+    tokenizer, pairs = setup
+    corpus = file_corpus(tmp_path, pairs)
+    full, _ = stream(corpus, tokenizer)
+    batches = tagged(full.take(120))
+    k = sum(1 for epoch, _, _ in batches if epoch == 0) - 1
+    epoch, index, batch = batches[k]
+    counting = CountingTokenizer(tokenizer)
+    resumed, _ = stream(corpus, counting, start=stream_position(epoch, index))
+    first = next(iter(resumed))
+    tokenized = int(counting.sentences.numpy()) // 2  # pairs
+    assert_same_batches([first[:2]], [batch])
+    assert 114 <= tokenized < 900
+
+
+def test_a_pass_from_a_pair_on_is_the_rest_of_the_pass(setup, tmp_path, tfds_corpus):
+    """`epoch(seed, e, start=k)` is pass e without its first k raw pairs: through `seek` (a
+    Python int: file pieces pass over lines in Python, TFDS slices its split, pieces at
+    their end included) and through tf.data's skip (a tensor), for files and TFDS read in
+    pieces; `passes(seed, start)` goes on into the next pass from its start."""
+    _, pairs = setup
+    for corpus in (file_corpus(tmp_path, pairs), tfds_corpus):
+        assert len(corpus.pieces) > 8 and corpus.seek is not None
+        n = corpus.num_pairs
+        one, two = (
+            [tuple(p) for p in corpus.epoch(3, e, filtered=False).as_numpy_iterator()]
+            for e in (1, 2)
+        )
+        assert len(one) == n
+        starts = [137, n - 5] + ([tf.constant(300, tf.int64)] if corpus is not tfds_corpus else [])
+        for start in starts:
+            k = int(start)
+            got = corpus.epoch(3, 1, filtered=False, start=start).as_numpy_iterator()
+            assert [tuple(p) for p in got] == one[k:]
+        later = corpus.passes(3, n + n - 5).take(15).as_numpy_iterator()
+        assert [tuple(p) for p in later] == one[n - 5 :] + two[:10]

@@ -1,10 +1,8 @@
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -68,16 +66,6 @@ def final_weights(model_dir):
     return run.checkpoints()[-1], model.get_weights()
 
 
-def wait_for_checkpoint(model_dir, step, proc, timeout=300):
-    deadline = time.time() + timeout
-    while time.time() < deadline and proc.poll() is None:
-        paths = Run(str(model_dir)).checkpoints()
-        if paths and int(paths[-1].rsplit("-", 1)[1]) >= step:
-            return int(paths[-1].rsplit("-", 1)[1])
-        time.sleep(0.1)
-    raise AssertionError(f"no checkpoint at step {step} within {timeout} s")
-
-
 RESUME = [
     "--train-steps", "40", "--steps-per-epoch", "15", "--checkpoint-every", "10",
     "--warmup-steps", "10", "--eval-every", "5",
@@ -111,31 +99,45 @@ def two_corpora(multi30k_dir):
     ]  # fmt: skip
 
 
+KILLS = [("one", "25:batch"), ("one", "30:validation"), ("two", "30:epoch_end")]
+
+
+@pytest.fixture(scope="module")
+def left_alone(tmp_path_factory, multi30k_dir):
+    """The runs left alone, one per corpora setting, trained once for the kill tests."""
+    runs = {}
+
+    def run(corpora):
+        if corpora not in runs:
+            alone = tmp_path_factory.mktemp(f"alone-{corpora}")
+            flags = RESUME + (two_corpora(multi30k_dir) if corpora == "two" else [])
+            runs[corpora] = (alone, run_train(alone, multi30k_dir, *flags))
+        return runs[corpora]
+
+    return run
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("corpora", ["one", "two"])
-def test_resume_after_sigkill_is_exact(tmp_path, multi30k_dir, corpora):
-    """Killed mid-epoch and started again == left alone: weights, best/, BLEU history;
-    with one corpus, and with two mixed 3:1 (one of them tagged) and subword sampling."""
-    alone = tmp_path / "alone"
+@pytest.mark.parametrize("corpora, kill", KILLS, ids=[f"{c}-{k}" for c, k in KILLS])
+def test_resume_after_sigkill_is_exact(tmp_path, multi30k_dir, left_alone, corpora, kill):
+    """Killed (os._exit at a given step and phase: $KT_KILL_AT) and started again == left
+    alone: weights, best/, BLEU history, metrics events; mid-epoch, during the epoch-end
+    validation and after the epoch-end work (step 30 ends epoch 2 and is a --checkpoint-every
+    step: its checkpoint must come after that work); with one corpus, and with two mixed 3:1
+    (one of them tagged) and subword sampling."""
     flags = RESUME + (two_corpora(multi30k_dir) if corpora == "two" else [])
-    out = run_train(alone, multi30k_dir, *flags)
+    alone, out = left_alone(corpora)
     assert "training ended at step 40 of 40" in out.stdout
     assert corpora == "one" or "2 corpora" in out.stdout and "tagged <BT>" in out.stdout
     assert "ran out of data" not in out.stderr  # Keras stops after the last validation batch
     assert f"kt-export --model-dir {alone} --export-dir exports" in out.stdout
 
     model_dir = tmp_path / "killed"
-    proc = subprocess.Popen(
-        train_cmd(model_dir, multi30k_dir, *flags),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        cwd=ROOT,
-    )
-    wait_for_checkpoint(model_dir, 20, proc)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    killed = run_train(model_dir, multi30k_dir, *flags, check=False,
+                       env=dict(os.environ, KT_KILL_AT=kill))  # fmt: skip
+    assert killed.returncode == 137, killed.stderr[-3000:]
     killed_at = int(Run(str(model_dir)).checkpoints()[-1].rsplit("-", 1)[1])
-    assert 20 <= killed_at < 40 and killed_at % 15  # mid-epoch (15 batches per epoch)
+    assert killed_at == 20  # the step-30 checkpoint follows the epoch-end work, never before
     config = Run(str(model_dir)).read_config()["training"]
     assert config["warmup_steps"] == 10 and config["steps_per_epoch"] == 15
 
@@ -153,6 +155,9 @@ def test_resume_after_sigkill_is_exact(tmp_path, multi30k_dir, corpora):
     # the best checkpoint and the BLEU history survive the kill: same best step, same scores
     best = [Run(str(d)).checkpoints(best=True)[-1].rsplit("-", 1)[1] for d in (alone, model_dir)]
     assert best[0] == best[1]
+    assert checkpoint_values(Run(str(model_dir)).checkpoints()[-1], "bad_evals") == (
+        checkpoint_values(alone_path, "bad_evals")
+    )
 
     def bleus(run_dir):
         return {

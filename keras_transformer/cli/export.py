@@ -203,6 +203,7 @@ def check_flags(args) -> None:
     """Raise `KerasTransformerError` naming the first flag whose value cannot work."""
     from keras_transformer.errors import KerasTransformerError
     from keras_transformer.files import check_writable_dir
+    from keras_transformer.inference.export import check_search_format
     from keras_transformer.inference.options import check_min_length, check_options
 
     check_writable_dir(args.export_dir, "--export-dir")
@@ -212,11 +213,7 @@ def check_flags(args) -> None:
         raise KerasTransformerError(f"--version must be >= 1, got {args.version}")
     if args.xla_max_batch < 1:
         raise KerasTransformerError(f"--xla-max-batch must be >= 1, got {args.xla_max_batch}")
-    if args.xla and args.format != "savedmodel":
-        raise KerasTransformerError(
-            f"--xla compiles a SavedModel's search; --format {args.format} runs its own: "
-            "drop --xla or --format"
-        )
+    check_search_format(args.xla, args.format)
     if args.average_last < 1:
         raise KerasTransformerError(f"--average-last must be >= 1, got {args.average_last}")
     if args.agreement_sentences < 0:

@@ -415,15 +415,20 @@ def _check_options(model_dir, dtype, export_format, xla, use_best, ema) -> None:
         raise ExportError(f"--dtype must be one of {', '.join(DTYPES_EXPORT)}, got {dtype!r}")
     if export_format not in FORMATS:
         raise ExportError(f"--format must be one of {', '.join(FORMATS)}, got {export_format!r}")
-    if xla and export_format != "savedmodel":
-        raise ExportError(
-            f"--xla compiles a SavedModel's search; --format {export_format} runs its own: "
-            "drop --xla or --format"
-        )
+    check_search_format(xla, export_format)
     if use_best and not ema and load_trained_config(model_dir).get("ema_decay"):
         raise ExportError(
             f"--best --no-ema: {model_dir}/best holds only the averaged weights that were "
             "validated (the run used --ema-decay); drop --best to export raw weights"
+        )
+
+
+def check_search_format(xla: bool, export_format: str) -> None:
+    """Raise `ExportError` if `xla` is asked of a format that runs its own search."""
+    if xla and export_format != "savedmodel":
+        raise ExportError(
+            f"--xla compiles a SavedModel's search; --format {export_format} runs its own: "
+            "drop --xla or --format"
         )
 
 

@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer.inference.agreement import REPORT_FILE
-from keras_transformer.inference.export import export_run
+from keras_transformer.inference.export import ExportError, export_run
 from keras_transformer.run_dir import Run
 from tests.inference.test_export import ROOT, run_module, tf1_session
 from tests.run_fixture import make_run
@@ -148,6 +148,13 @@ def test_the_package_never_imports_ctranslate2_unless_asked():
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
     )
     assert out.stdout.strip() == "ok"
+
+
+def test_the_library_refuses_xla_for_a_format_with_its_own_search(tmp_path):
+    # The same check as kt-export's flag check, before the (missing) run is read.
+    with pytest.raises(ExportError, match="--format ctranslate2 runs its own: drop --xla"):
+        export_run(str(tmp_path / "no-run"), str(tmp_path), export_format="ctranslate2", xla=True)
+    assert not os.listdir(tmp_path)
 
 
 @pytest.mark.parametrize(

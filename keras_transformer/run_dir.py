@@ -79,6 +79,10 @@ class Run:
             raise RunDirError(f'{path} has no "model" configuration: is it a run\'s config.json?')
         return config
 
+    def training_settings(self) -> dict:
+        """The run's resolved training settings (config.json "training"; {} if none)."""
+        return self.read_config().get("training") or {}
+
     def write_config(self, config: dict) -> None:
         tf.io.gfile.makedirs(self.model_dir)
         write_atomic(self.path(CONFIG_FILE), json.dumps(config, indent=2, sort_keys=True))

@@ -102,6 +102,74 @@ def compare(
     }
 
 
+class AgreementReport:
+    """Called with an export's path once it is written: the agreement report (a dict) of
+    that export, as written, against `reference` (the float32 exact-rule Translator of the
+    same weights) on the run's first `sentences` validation sentences; `described`: the
+    export's settings ("format", "dtype", "stop_rule", "xla", the search settings)."""
+
+    def __init__(self, model_dir, sentences, *, reference, described, max_input_length):
+        self.model_dir = model_dir
+        self.sentences = sentences
+        self.reference = reference
+        self.described = described
+        self.max_input_length = max_input_length
+
+    def __call__(self, path: str) -> dict:
+        from keras_transformer.run_dir import Run
+
+        if self.sentences <= 0:
+            return skipped("--agreement-sentences 0")
+        try:
+            sources, references, data = validation_pairs(
+                Run(self.model_dir).training_settings(), self.sentences
+            )
+        except (KerasTransformerError, OSError) as err:
+            return skipped(f"no validation sentences: {err}")
+        report = compare(self._exported(path), self.reference.__call__, sources, references)
+        export = self.described
+        is_reference = (
+            export["format"] == "savedmodel"
+            and export["dtype"] == "float32"
+            and not export.get("xla")
+            and export["stop_rule"] == "exact"
+        )
+        return {
+            "reference": REFERENCE,
+            "is_reference": is_reference,
+            "export": export,
+            "data": data,
+            **report,
+        }
+
+    def _exported(self, path: str):
+        """The written export as a function of strings, as its users call it."""
+        if self.described["format"] != "ctranslate2":
+            return _load_signature(path)
+        from keras_transformer.inference.ctranslate2_export import Decoder
+
+        export = self.described
+        return Decoder(
+            path, beam_size=export["beam_size"], alpha=export["alpha"],
+            max_extra_length=export["max_extra_length"], min_length=export["min_length"],
+            max_input_length=self.max_input_length,
+        )  # fmt: skip
+
+
+REFERENCE = (
+    "the float32 Translator of the same weights, exact stop rule, the export's other "
+    "settings, run in-process (the default export's search)"
+)
+
+
+def _load_signature(path: str):
+    """The serving_default signature of the SavedModel written at `path`."""
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
+
+    return tf.saved_model.load(path).signatures["serving_default"]
+
+
 def write_report(directory: str, report: dict) -> str:
     """`report` as `<directory>/agreement.json`; its path."""
     os.makedirs(directory, exist_ok=True)

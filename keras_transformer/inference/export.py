@@ -324,11 +324,6 @@ def describe_export(path: str) -> str:
     return "\n".join(lines)
 
 
-def load_trained_config(model_dir: str) -> dict:
-    """The run's resolved training settings (config.json "training")."""
-    return Run(model_dir).read_config().get("training") or {}
-
-
 def export_run(
     model_dir: str,
     export_dir: str,
@@ -396,7 +391,7 @@ def export_run(
 
         # CTranslate2's own search: its rule with a length penalty, its penalty
         described.update(quantization=quantization, dtype=None, stop_rule="finished")
-    agreement = AgreementReport(
+    agreement = agree.AgreementReport(
         model_dir,
         agreement_sentences,
         reference=Translator(model, tokenizer, stop_rule="exact", **settings),
@@ -416,7 +411,7 @@ def _check_options(model_dir, dtype, export_format, xla, use_best, ema) -> None:
     if export_format not in FORMATS:
         raise ExportError(f"--format must be one of {', '.join(FORMATS)}, got {export_format!r}")
     check_search_format(xla, export_format)
-    if use_best and not ema and load_trained_config(model_dir).get("ema_decay"):
+    if use_best and not ema and Run(model_dir).training_settings().get("ema_decay"):
         raise ExportError(
             f"--best --no-ema: {model_dir}/best holds only the averaged weights that were "
             "validated (the run used --ema-decay); drop --best to export raw weights"
@@ -432,62 +427,6 @@ def check_search_format(xla: bool, export_format: str) -> None:
         )
 
 
-class AgreementReport:
-    """Called with an export's path once it is written: the agreement report (a dict) of
-    that export, as written, against `reference` (the float32 exact-rule Translator of the
-    same weights) on the run's first `sentences` validation sentences; `described`: the
-    export's settings ("format", "dtype", "stop_rule", "xla", the search settings)."""
-
-    def __init__(self, model_dir, sentences, *, reference, described, max_input_length):
-        self.model_dir = model_dir
-        self.sentences = sentences
-        self.reference = reference
-        self.described = described
-        self.max_input_length = max_input_length
-
-    def __call__(self, path: str) -> dict:
-        if self.sentences <= 0:
-            return skipped("--agreement-sentences 0")
-        try:
-            sources, references, data = agree.validation_pairs(
-                load_trained_config(self.model_dir), self.sentences
-            )
-        except (KerasTransformerError, OSError) as err:
-            return skipped(f"no validation sentences: {err}")
-        report = agree.compare(self._exported(path), self.reference.__call__, sources, references)
-        export = self.described
-        is_reference = (
-            export["format"] == "savedmodel"
-            and export["dtype"] == "float32"
-            and not export.get("xla")
-            and export["stop_rule"] == "exact"
-        )
-        return {
-            "reference": REFERENCE,
-            "is_reference": is_reference,
-            "export": export,
-            "data": data,
-            **report,
-        }
-
-    def _exported(self, path: str):
-        """The written export as a function of strings, as its users call it."""
-        if self.described["format"] != "ctranslate2":
-            return _load_signature(path)
-        from keras_transformer.inference.ctranslate2_export import Decoder
-
-        export = self.described
-        return Decoder(
-            path, beam_size=export["beam_size"], alpha=export["alpha"],
-            max_extra_length=export["max_extra_length"], min_length=export["min_length"],
-            max_input_length=self.max_input_length,
-        )  # fmt: skip
-
-
-REFERENCE = (
-    "the float32 Translator of the same weights, exact stop rule, the export's other "
-    "settings, run in-process (the default export's search)"
-)
 DTYPES_EXPORT = ("float32", "bfloat16", "float16")
 FORMATS = ("savedmodel", "ctranslate2")
 
@@ -503,10 +442,3 @@ def with_compute_dtype(model, dtype: str):
     copy.build()
     copy.set_weights(model.get_weights())
     return copy
-
-
-def _load_signature(path: str):
-    """The serving_default signature of the SavedModel written at `path`."""
-    import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
-
-    return tf.saved_model.load(path).signatures["serving_default"]

@@ -47,7 +47,7 @@ def other_model(run_dir, **training):
     """The run's config.json describes another model (a wider one) than its checkpoint, as
     after an upgrade that changed the layout, with complete training settings (`training`
     overrides some)."""
-    from keras_transformer.training.args import TrainArgs
+    from keras_transformer.settings.args import TrainArgs
 
     config = json.loads((run_dir / "config.json").read_text())
     config["model"]["d_model"] = 32

@@ -105,7 +105,7 @@ def test_a_run_directory_on_another_gfile_file_system():
     import uuid
 
     from keras_transformer.data.tokenizer import SubwordTokenizer, train_sentencepiece
-    from keras_transformer.training.args import ConfigError
+    from keras_transformer.settings.args import ConfigError
     from keras_transformer.training.preparation import GAVE_UP, check_workers, wait_for
 
     run = Run(f"ram://kt-{uuid.uuid4().hex}/run")

@@ -32,7 +32,7 @@ def build_parser(prog: str = "kt-train") -> argparse.ArgumentParser:
     import dataclasses
 
     from keras_transformer.cli.common import add_log_level_flag
-    from keras_transformer.training.args import TrainArgs, option
+    from keras_transformer.settings.args import TrainArgs, option
 
     parser = ArgumentParser(
         prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -69,7 +69,7 @@ def parse_command(argv=None, prog: str = "kt-train"):
     Raises ConfigError for a bad --config FILE (naming the file and the key)."""
     import dataclasses
 
-    from keras_transformer.training.args import TrainArgs
+    from keras_transformer.settings.args import TrainArgs
 
     given = vars(build_parser(prog).parse_args(argv))
     command = argparse.Namespace(
@@ -81,7 +81,7 @@ def parse_command(argv=None, prog: str = "kt-train"):
     values = {field.name: field.default for field in dataclasses.fields(TrainArgs)}
     values["data_dir"] = os.environ.get("KT_DATA_DIR")
     if command.config is not None:
-        from keras_transformer.training.config_file import read_config_file
+        from keras_transformer.settings.config_file import read_config_file
 
         recipe = read_config_file(command.config)
         for one, other in ALTERNATIVES:  # --epochs given here replaces the file's train_steps
@@ -96,7 +96,7 @@ def parse_command(argv=None, prog: str = "kt-train"):
 
 def where(message: str, command) -> str:
     """A flag error about a value of --config FILE says so."""
-    from keras_transformer.training.args import option
+    from keras_transformer.settings.args import option
 
     for name in command.from_file:
         if option(name) in message.split(":")[0].split():
@@ -118,7 +118,7 @@ def main(argv=None, prog: str = "kt-train") -> int:
     try:
         args, command = parse_command(argv, prog)
         setup_logging(command.log_level)
-        from keras_transformer.training.plan import Plan
+        from keras_transformer.settings.plan import Plan
 
         try:
             plan = Plan.of(args)  # checked once, corpus lists parsed once

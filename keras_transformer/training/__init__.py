@@ -1,7 +1,7 @@
 """Training: strategy and precision, the training step, callbacks, and the trainer behind
 kt-train.
 
-`training.args` (the flags) imports no TensorFlow, so `kt-train --help` and flag errors answer
+`settings.args` (the flags) imports no TensorFlow, so `kt-train --help` and flag errors answer
 before TensorFlow loads; `TrainingModel` is imported on first use (PEP 562).
 """
 

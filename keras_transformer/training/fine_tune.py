@@ -23,7 +23,7 @@ import tensorflow as tf
 
 from keras_transformer.config import PRESETS, TransformerConfig
 from keras_transformer.run_dir import Run
-from keras_transformer.training.args import ConfigError, TrainArgs, option
+from keras_transformer.settings.args import ConfigError, TrainArgs, option
 
 logger = logging.getLogger(__name__)
 

@@ -27,16 +27,16 @@ from keras_transformer.data.subword import SubwordSampler
 from keras_transformer.data.tokenizer import TooManyPieces
 from keras_transformer.files import write_atomic
 from keras_transformer.run_dir import CONFIG_FILE, Run
-from keras_transformer.training.args import (
+from keras_transformer.settings.args import (
     DEFAULT_SPM_MODEL_TYPE,
     ConfigError,
     TrainArgs,
     TrainSettings,
 )
 from keras_transformer.training.fine_tune import Source
-from keras_transformer.training.plan import Plan
-from keras_transformer.training.recipe import resolve
-from keras_transformer.training.validation import check_resume
+from keras_transformer.settings.plan import Plan
+from keras_transformer.settings.recipe import resolve
+from keras_transformer.settings.validation import check_resume
 
 logger = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ import keras
 import tensorflow as tf
 
 from keras_transformer.errors import KerasTransformerError
-from keras_transformer.training.args import PRECISIONS, STRATEGIES
+from keras_transformer.settings.args import PRECISIONS, STRATEGIES
 
 
 class StrategyError(KerasTransformerError, ValueError):

@@ -6,7 +6,7 @@ on stdout as its output (whatever --log-level says)."""
 from __future__ import annotations
 
 from keras_transformer.run_dir import Run
-from keras_transformer.training.args import TrainSettings
+from keras_transformer.settings.args import TrainSettings
 
 
 def summarize(run_dir: Run, settings: TrainSettings, model, bleu) -> dict:

@@ -23,8 +23,8 @@ from keras_transformer.optimization import paper_optimizer
 from keras_transformer.run_dir import LOG_DIR, Run
 from keras_transformer.training import callbacks as cb
 from keras_transformer.training import ema, fine_tune
-from keras_transformer.training.args import INITIAL_LOSS_SCALE, TrainSettings, describe
-from keras_transformer.training.plan import Plan
+from keras_transformer.settings.args import INITIAL_LOSS_SCALE, TrainSettings, describe
+from keras_transformer.settings.plan import Plan
 from keras_transformer.training.preemption import PreemptionSave
 from keras_transformer.training.preparation import (
     check_tag_symbol,
@@ -33,7 +33,7 @@ from keras_transformer.training.preparation import (
     settle,
     subword_sampler,
 )
-from keras_transformer.training.recipe import COUNTED
+from keras_transformer.settings.recipe import COUNTED
 from keras_transformer.training.step import TrainingModel
 from keras_transformer.training.strategy import is_chief, make_strategy, set_precision
 from keras_transformer.training.summary import summarize

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from keras_transformer.cli.common import setup_logging
-from keras_transformer.training.args import TrainArgs
+from keras_transformer.settings.args import TrainArgs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 COMMANDS = ("train", "export", "translate", "evaluate", "score")

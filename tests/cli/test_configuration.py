@@ -6,7 +6,7 @@ import dataclasses
 import os
 
 from keras_transformer.cli import configuration
-from keras_transformer.training.args import TrainArgs, option
+from keras_transformer.settings.args import TrainArgs, option
 
 PAGE = os.path.join(configuration.ROOT, "docs", "configuration.md")
 

@@ -3,9 +3,9 @@
 import pytest
 
 from keras_transformer.data import SubwordTokenizer, load_parallel, train_sentencepiece
-from keras_transformer.training.args import TrainArgs
+from keras_transformer.settings.args import TrainArgs
 from keras_transformer.training.preparation import count_batches
-from keras_transformer.training.recipe import resolve
+from keras_transformer.settings.recipe import resolve
 from tests.data import tfds_fixture
 
 

@@ -11,7 +11,7 @@ import tensorflow as tf
 import keras_transformer as kt
 from keras_transformer.run_dir import LOG_DIR, Run
 from keras_transformer.training import callbacks as cb
-from keras_transformer.training.args import TrainArgs
+from keras_transformer.settings.args import TrainArgs
 from keras_transformer.training.step import TrainingModel
 from keras_transformer.training.strategy import set_precision
 from keras_transformer.training.trainer import fit_to_step
@@ -292,7 +292,7 @@ def test_multi_worker_two_processes(tmp_path, multi30k_dir):
 
 
 def test_a_worker_that_gives_up_stops_the_chief(tmp_path):
-    from keras_transformer.training.args import ConfigError
+    from keras_transformer.settings.args import ConfigError
     from keras_transformer.training.preparation import GAVE_UP, check_workers, wait_for
 
     run_dir = Run(str(tmp_path))

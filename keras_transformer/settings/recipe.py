@@ -12,14 +12,14 @@ import dataclasses
 import math
 
 from keras_transformer.config import PRESETS
-from keras_transformer.training.args import (
+from keras_transformer.settings.args import (
     DEFAULT_PRESET,
     DEFAULT_SPM_MODEL_TYPE,
     INITIAL_LOSS_SCALE,
     TrainArgs,
     TrainSettings,
 )
-from keras_transformer.training.memory import (
+from keras_transformer.settings.memory import (
     fewest_micro_batches,
     micro_batch_memory_gib,
     tokens_that_fit,
@@ -118,7 +118,7 @@ def split_update(out: TrainSettings, update_tokens: int, replicas: int) -> None:
     `update_tokens` per update. User values win: --batch-tokens alone is one micro-batch per
     update; --accum-steps k alone splits the recipe's update into k. With neither, k is the
     fewest micro-batches that divide the update exactly and keep each replica's share under
-    --micro-batch-memory GiB (`training.memory`), so the update stays the recipe's.
+    --micro-batch-memory GiB (`settings.memory`), so the update stays the recipe's.
     """
     if out.micro_batch_memory is None:
         out.micro_batch_memory = micro_batch_memory_gib()

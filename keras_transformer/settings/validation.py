@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 
 from keras_transformer.config import ConfigError
-from keras_transformer.training.args import DEFAULT_SPM_MODEL_TYPE, TrainArgs, option
-from keras_transformer.training.corpora import Corpora, parse_corpora
+from keras_transformer.settings.args import DEFAULT_SPM_MODEL_TYPE, TrainArgs, option
+from keras_transformer.settings.corpora import Corpora, parse_corpora
 
 # Flags that a resumed run cannot change: they define the model, its schedule or the data order.
 FIXED_ON_RESUME = (

@@ -9,9 +9,9 @@ import os
 import pytest
 
 from keras_transformer.cli import train
-from keras_transformer.training.args import ConfigError, TrainArgs
-from keras_transformer.training.config_file import read_config_file
-from keras_transformer.training.recipe import resolve
+from keras_transformer.settings.args import ConfigError, TrainArgs
+from keras_transformer.settings.config_file import read_config_file
+from keras_transformer.settings.recipe import resolve
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RECIPES = os.path.join(ROOT, "recipes")

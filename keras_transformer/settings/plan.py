@@ -1,18 +1,18 @@
 """`Plan`: what `kt-train` hands the trainer, built once from the flags (and `--config`).
 
-The walk goes down: the command parses its flags into `TrainArgs` (`training.args`), `Plan.of`
-checks them once (`training.validation`) and parses the corpus lists once
-(`training.corpora`); `training.trainer.train(plan)` resolves the automatic values
-(`training.recipe`) and trains. Nothing here imports TensorFlow.
+The walk goes down: the command parses its flags into `TrainArgs` (`settings.args`), `Plan.of`
+checks them once (`settings.validation`) and parses the corpus lists once
+(`settings.corpora`); `training.trainer.train(plan)` resolves the automatic values
+(`settings.recipe`) and trains. Nothing here imports TensorFlow.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-from keras_transformer.training.args import TrainArgs
-from keras_transformer.training.corpora import Corpora
-from keras_transformer.training.validation import validate
+from keras_transformer.settings.args import TrainArgs
+from keras_transformer.settings.corpora import Corpora
+from keras_transformer.settings.validation import validate
 
 
 @dataclasses.dataclass(frozen=True)

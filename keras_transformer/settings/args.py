@@ -1,10 +1,10 @@
 """`TrainArgs`: every kt-train flag, defined once (the flag schema).
 
-A field left at `None` is "automatic": `training.recipe.resolve` fills it in from the preset
+A field left at `None` is "automatic": `settings.recipe.resolve` fills it in from the preset
 and the corpus size. `kt-train` builds its command line from these fields (`flag`'s help,
 choices and automatic value), `--config FILE` reads the same names, and `config.json` stores
 the resolved values (`TrainSettings`), so a resumed run keeps them. The checks of the values
-are in `training.validation`.
+are in `settings.validation`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import dataclasses
 from typing import Any
 
 from keras_transformer.config import BEAM_SIZE, PRESETS, ConfigError
-from keras_transformer.training.memory import MICRO_BATCH_MEMORY_GIB
+from keras_transformer.settings.memory import MICRO_BATCH_MEMORY_GIB
 
 # The choices of --strategy and --precision (training.strategy implements them).
 STRATEGIES = ("default", "one_device", "mirrored", "multi_worker", "tpu")

@@ -1,7 +1,7 @@
 """The training corpora of kt-train's list flags (--dataset, --train-src/--train-tgt,
 --train-weights, --tag-corpus): which corpora, their sampling weights and which are tagged,
 each bad combination a ConfigError naming the flag. Parsed once (`parse_corpora`, called by
-`training.validation.validate`) into a `Corpora` that the plan carries."""
+`settings.validation.validate`) into a `Corpora` that the plan carries."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from keras_transformer.config import ConfigError
 
 if TYPE_CHECKING:
-    from keras_transformer.training.args import TrainArgs
+    from keras_transformer.settings.args import TrainArgs
 
 
 def split_list(value: str | None) -> list[str]:

@@ -1,8 +1,8 @@
 import pytest
 
-from keras_transformer.training import memory, recipe
-from keras_transformer.training.args import TrainArgs
-from keras_transformer.training.recipe import resolve
+from keras_transformer.settings import memory, recipe
+from keras_transformer.settings.args import TrainArgs
+from keras_transformer.settings.recipe import resolve
 
 
 def never(*_):

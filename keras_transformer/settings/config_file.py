@@ -18,7 +18,7 @@ import os
 from typing import Any
 
 from keras_transformer.config import ConfigError
-from keras_transformer.training.args import TrainArgs
+from keras_transformer.settings.args import TrainArgs
 
 # The flags that hold comma-separated lists: a YAML list is read as the same list.
 LIST_FLAGS = ("dataset", "train_src", "train_tgt", "train_weights", "tag_corpus")

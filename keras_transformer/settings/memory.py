@@ -1,7 +1,7 @@
 """The micro-batch memory model: how many padded tokens one replica's training step may hold.
 
 `--accum-steps` (automatic) splits the recipe's update into the fewest micro-batches whose
-training step keeps at most `--micro-batch-memory` GiB per replica (`training.recipe`).
+training step keeps at most `--micro-batch-memory` GiB per replica (`settings.recipe`).
 """
 
 from __future__ import annotations

@@ -5,11 +5,11 @@ import sys
 import pytest
 
 from keras_transformer.cli import train
-from keras_transformer.training.args import ConfigError, TrainArgs
-from keras_transformer.training.memory import step_floats_per_token
-from keras_transformer.training.plan import Plan
-from keras_transformer.training.recipe import resolve
-from keras_transformer.training.validation import check_resume, validate
+from keras_transformer.settings.args import ConfigError, TrainArgs
+from keras_transformer.settings.memory import step_floats_per_token
+from keras_transformer.settings.plan import Plan
+from keras_transformer.settings.recipe import resolve
+from keras_transformer.settings.validation import check_resume, validate
 
 
 def never(*_):

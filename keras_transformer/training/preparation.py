@@ -33,10 +33,10 @@ from keras_transformer.settings.args import (
     TrainArgs,
     TrainSettings,
 )
-from keras_transformer.training.fine_tune import Source
 from keras_transformer.settings.plan import Plan
 from keras_transformer.settings.recipe import resolve
 from keras_transformer.settings.validation import check_resume
+from keras_transformer.training.fine_tune import Source
 
 logger = logging.getLogger(__name__)
 

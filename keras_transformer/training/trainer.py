@@ -21,10 +21,11 @@ from keras_transformer.losses import LabelSmoothedCrossEntropy, MaskedAccuracy
 from keras_transformer.model import Transformer
 from keras_transformer.optimization import paper_optimizer
 from keras_transformer.run_dir import LOG_DIR, Run
-from keras_transformer.training import callbacks as cb
-from keras_transformer.training import ema, fine_tune
 from keras_transformer.settings.args import INITIAL_LOSS_SCALE, TrainSettings, describe
 from keras_transformer.settings.plan import Plan
+from keras_transformer.settings.recipe import COUNTED
+from keras_transformer.training import callbacks as cb
+from keras_transformer.training import ema, fine_tune
 from keras_transformer.training.preemption import PreemptionSave
 from keras_transformer.training.preparation import (
     check_tag_symbol,
@@ -33,7 +34,6 @@ from keras_transformer.training.preparation import (
     settle,
     subword_sampler,
 )
-from keras_transformer.settings.recipe import COUNTED
 from keras_transformer.training.step import TrainingModel
 from keras_transformer.training.strategy import is_chief, make_strategy, set_precision
 from keras_transformer.training.summary import summarize

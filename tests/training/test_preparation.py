@@ -4,8 +4,8 @@ import pytest
 
 from keras_transformer.data import SubwordTokenizer, load_parallel, train_sentencepiece
 from keras_transformer.settings.args import TrainArgs
-from keras_transformer.training.preparation import count_batches
 from keras_transformer.settings.recipe import resolve
+from keras_transformer.training.preparation import count_batches
 from tests.data import tfds_fixture
 
 

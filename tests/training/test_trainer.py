@@ -10,8 +10,8 @@ import tensorflow as tf
 
 import keras_transformer as kt
 from keras_transformer.run_dir import LOG_DIR, Run
-from keras_transformer.training import callbacks as cb
 from keras_transformer.settings.args import TrainArgs
+from keras_transformer.training import callbacks as cb
 from keras_transformer.training.step import TrainingModel
 from keras_transformer.training.strategy import set_precision
 from keras_transformer.training.trainer import fit_to_step

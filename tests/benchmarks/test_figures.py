@@ -62,6 +62,8 @@ def test_the_recipe_on_the_pages_is_what_kt_train_resolves(data):
         page = " ".join(handle.read().split())
     assert "151 updates per pass x 20 passes = 3,020 updates, warmup 1,200" in page
     assert "every 302 updates" in page and "2,940 updates, warmup" not in page
+    with open(os.path.join(ROOT, "docs", "training.md"), encoding="utf-8") as handle:
+        assert f"(Multi30k: {recipe.eval_every})" in handle.read()
 
 
 def test_the_readme_quotes_figures_only_from_the_data():

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import sys
 
 import keras
@@ -21,10 +20,11 @@ from keras_transformer.losses import LabelSmoothedCrossEntropy, MaskedAccuracy
 from keras_transformer.model import Transformer
 from keras_transformer.optimization import paper_optimizer
 from keras_transformer.run_dir import LOG_DIR, Run
-from keras_transformer.training import callbacks as cb
-from keras_transformer.training import ema, fine_tune
 from keras_transformer.settings.args import INITIAL_LOSS_SCALE, TrainSettings, describe
 from keras_transformer.settings.plan import Plan
+from keras_transformer.settings.recipe import COUNTED
+from keras_transformer.training import callbacks as cb
+from keras_transformer.training import ema, fine_tune
 from keras_transformer.training.preemption import PreemptionSave
 from keras_transformer.training.preparation import (
     check_tag_symbol,
@@ -33,7 +33,6 @@ from keras_transformer.training.preparation import (
     settle,
     subword_sampler,
 )
-from keras_transformer.settings.recipe import COUNTED
 from keras_transformer.training.step import TrainingModel
 from keras_transformer.training.strategy import is_chief, make_strategy, set_precision
 from keras_transformer.training.summary import summarize
@@ -346,12 +345,17 @@ def fit_to_step(model: TrainingModel, data_from, valid_batches, callbacks, setti
         before, position = _step(model), int(model.data_position.numpy())
         epoch, offset = divmod(position, spe)
         # a run resumed mid-epoch first finishes that epoch, so that epochs (validation,
-        # end-of-epoch checkpoints) end where an uninterrupted run's do
-        epochs = 1 if offset else math.ceil((settings.train_steps - before) / spe)
+        # end-of-epoch checkpoints) end where an uninterrupted run's do; a last, partial
+        # epoch is a `fit` of its own, so that its progress bar ends where the run does
+        remaining = settings.train_steps - before
+        if offset or remaining < spe:
+            epochs, steps = 1, min(spe - offset, remaining)
+        else:
+            epochs, steps = remaining // spe, spe
         model.fit(
             data_from(int(model.data_next.numpy())),
             validation_data=valid_batches,
-            steps_per_epoch=spe - offset,
+            steps_per_epoch=steps,
             initial_epoch=epoch,
             epochs=epoch + epochs,
             callbacks=callbacks,

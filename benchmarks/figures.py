@@ -28,19 +28,13 @@ DATA = os.path.join(ROOT, "docs", "figures", "measured.json")
 PAGES = ("README.md", "docs/results.md", "docs/benchmarks.md", "docs/inference.md",
          "docs/training.md", "docs/quickstart.md")  # fmt: skip
 BLOCK = re.compile(r"(<!-- figures:([\w-]+) -->\n)(.*?)(<!-- /figures -->)", re.S)
-SHORT = {
-    "epyc": "AMD EPYC",
-    "xeon": "Intel Xeon",
-    "xeon-amx": "Intel Xeon with AMX",
-    "shared": "a shared machine",
-}
 
 
 class Figures:
     """The records by id, and their formatting."""
 
     def __init__(self, data: dict):
-        self.machines = data["machines"]
+        self.machines = data["machines"]  # id -> {"name", "description"}
         self.records = {r["id"]: r for r in data["records"]}
 
     def __getitem__(self, key: str) -> dict:
@@ -59,7 +53,10 @@ class Figures:
         return text
 
     def when(self, key: str) -> str:
-        return f"{self[key]['date']}, {SHORT[self[key]['machine']]}"
+        return f"{self[key]['date']}, {self.machine(self[key]['machine'])}"
+
+    def machine(self, key: str) -> str:
+        return self.machines[key]["name"]
 
 
 def _num(value, digits: int) -> str:
@@ -95,7 +92,7 @@ def readme_expect(f: Figures) -> str:
         f"{r.eval_every:,} updates and at each epoch end, dropout {r.dropout_rate}), writes "
         "everything to `runs/multi30k-en-de/`, and resumes where it stopped when run again. "
         f"Measured with 0.1.0's data order ({f['default-recipe-train-time']['last_step']:,} "
-        f"updates) on 2 CPU cores ({SHORT['epyc']}, nothing else running), it took **"
+        f"updates) on 2 CPU cores ({f.machine('epyc')}, nothing else running), it took **"
         f"{f.num('default-recipe-train-time')} minutes** and the default export scored **"
         f"{f.num('quality-en-de-bleu', 2)} BLEU** (chrF {f.num('quality-en-de-bleu', 2, 'chrf')}"
         ") on test_2016_flickr en->de (sacreBLEU, cased, detokenized; "
@@ -193,7 +190,7 @@ def real_decoding(f: Figures) -> str:
         out
         + "\n"
         + para(
-            f"Measured {f['real-default-beam4']['date']} on the {SHORT['xeon']} machine, each command "
+            f"Measured {f['real-default-beam4']['date']} on the {f.machine('xeon')} machine, each command "
             "alone under the benchmark lock; a ratio is the median of the per-round ratios to "
             "CTranslate2 4.8.5 float32, with their range."
         )
@@ -238,7 +235,7 @@ def quickstart_recipe(f: Figures) -> str:
         f"validation BLEU on {r.eval_sentences} sentences every {r.eval_every} updates and at "
         "each epoch end. Progress shows as Keras's progress bar.",
         f"With 0.1.0's data order ({t['last_step']:,} updates), on 2 CPU cores "
-        f"({SHORT[t['machine']]}, nothing else running, {t['date']}) this took **"
+        f"({f.machine(t['machine'])}, nothing else running, {t['date']}) this took **"
         f"{f.num('default-recipe-train-time')} minutes**.",
     )
 
@@ -254,7 +251,7 @@ def quickstart_quality(f: Figures) -> str:
 
 
 def machines(f: Figures) -> str:
-    return "".join(f"- {SHORT[k]}: {v}\n" for k, v in f.machines.items())
+    return "".join(f"- {m['name']}: {m['description']}\n" for m in f.machines.values())
 
 
 def smoke(f: Figures) -> str:

@@ -44,6 +44,7 @@ def test_a_changed_figure_makes_the_pages_that_quote_it_stale(data):
 
 
 def test_every_record_says_how_when_and_where_it_was_measured(data):
+    assert all(set(m) == {"name", "description"} for m in data["machines"].values())
     ids = [r["id"] for r in data["records"]]
     assert len(ids) == len(set(ids))
     for rec in data["records"]:

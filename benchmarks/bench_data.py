@@ -28,6 +28,8 @@ import sys
 import tempfile
 import time
 
+from figures import add_record_flag, record
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
@@ -99,6 +101,7 @@ def main(argv=None) -> None:
     parser.add_argument(
         "--child", nargs=4, metavar=("SRC", "TGT", "SPM", "PIPELINE"), help=argparse.SUPPRESS
     )
+    add_record_flag(parser)
     args = parser.parse_args(argv)
     if args.child:
         print(json.dumps(measure(*args.child[:3], args.batches, args.child[3])))
@@ -140,6 +143,7 @@ def main(argv=None) -> None:
                     result["big"]["peak_rss_mb"] / result["multi30k"]["peak_rss_mb"], 2
                 )
         print(json.dumps(report, indent=2))
+        record(args.record, report)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -31,6 +31,7 @@ import tempfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+from figures import add_record_flag, record  # noqa: E402
 from reference import Local, Worker, interleaved, isa_flags, ratios, write_ctranslate2  # noqa: E402
 
 BATCH, SRC_LEN, STEPS, BEAM, VOCAB, EOS = 64, 20, 30, 4, 8000, 3
@@ -166,6 +167,7 @@ def main(argv=None) -> None:
     parser.add_argument("--no-ctranslate2", action="store_true", help="skip the reference")
     parser.add_argument("--intra-op", type=int, default=0, help="TF intra-op threads (0: TF's)")
     parser.add_argument("--inter-op", type=int, default=0, help="TF inter-op threads (0: TF's)")
+    add_record_flag(parser)
     args = parser.parse_args(argv)
 
     import numpy as np
@@ -251,6 +253,7 @@ def main(argv=None) -> None:
         )
     report["peak_rss_mb_ours"] = round(rss_ours, 1)
     print(json.dumps(report, indent=2))
+    record(args.record, report)
 
 
 if __name__ == "__main__":

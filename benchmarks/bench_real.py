@@ -40,6 +40,7 @@ import tempfile
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
+from figures import add_record_flag, record  # noqa: E402
 from reference import Worker, interleaved, isa_flags, ratios, write_ctranslate2  # noqa: E402
 
 from keras_transformer import config  # noqa: E402
@@ -275,6 +276,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="a checkout of another version of the code (e.g. git worktree add ../base main): "
         "its export of the same run is timed beside ours and its outputs compared with ours",
     )
+    add_record_flag(parser)
     args = parser.parse_args(argv)
     if not os.path.isfile(os.path.join(args.run, "config.json")):
         fail(f"--run {args.run}: not a training run (no config.json); give train.py's --model-dir")
@@ -440,6 +442,7 @@ def main(argv=None) -> None:
         },
     }
     print(json.dumps(report, indent=2, ensure_ascii=False))
+    record(args.record, report)
 
 
 if __name__ == "__main__":

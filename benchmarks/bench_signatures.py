@@ -18,6 +18,8 @@ import os
 import statistics
 import time
 
+from figures import add_record_flag, record
+
 BATCH = 64
 PASSES = 3
 
@@ -31,6 +33,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--export", required=True, help="an export version directory")
     parser.add_argument("--data-dir", required=True, help="the Multi30k files")
+    add_record_flag(parser)
     args = parser.parse_args()
 
     import tensorflow as tf
@@ -75,6 +78,7 @@ def main() -> None:
             "sentences_per_s": round(len(sources) / median, 1),
         }
     print(json.dumps(result))
+    record(args.record, result)
 
 
 if __name__ == "__main__":

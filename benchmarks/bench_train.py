@@ -27,6 +27,8 @@ import subprocess
 import sys
 import time
 
+from figures import add_record_flag, record
+
 WORKLOADS = {
     "W1": dict(preset="small", vocab_size=8000, batch=64, src_len=24, tgt_len=24),
     "W2": dict(preset="base", vocab_size=32000, batch=32, src_len=32, tgt_len=32),
@@ -158,6 +160,7 @@ def main(argv=None) -> None:
     parser.add_argument("--warmup", type=int, default=3, help="untimed first steps")
     parser.add_argument("--jit-compile", action="store_true", help="XLA (jit_compile=True)")
     parser.add_argument("--child", nargs=2, metavar=("WORKLOAD", "IMPL"), help=argparse.SUPPRESS)
+    add_record_flag(parser)
     args = parser.parse_args(argv)
     if args.child:
         print(json.dumps(run_one(*args.child, args.steps, args.warmup, args.jit_compile)))
@@ -185,7 +188,9 @@ def main(argv=None) -> None:
         if "ours" in row and "baseline" in row:
             ratio = row["ours"]["target_tokens_per_s"] / row["baseline"]["target_tokens_per_s"]
             results.append({"workload": workload, "speedup_vs_baseline": round(ratio, 2)})
-    print(json.dumps({"machine": f"{os.cpu_count()} CPU cores", "results": results}, indent=2))
+    report = {"machine": f"{os.cpu_count()} CPU cores", "results": results}
+    print(json.dumps(report, indent=2))
+    record(args.record, report)
 
 
 if __name__ == "__main__":

@@ -35,6 +35,8 @@ import sys
 import tempfile
 import time
 
+from figures import add_record_flag, record
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NAME = "kt_rehearsal"
@@ -274,6 +276,7 @@ def main(argv=None) -> None:
         help="skip the resume figures (a fresh start and a resume mid-pass, to the first update)",
     )
     parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
+    add_record_flag(parser)
     args = parser.parse_args(argv)
     if args.child:
         data_dir, spm_model, batch_tokens, max_length = args.child
@@ -315,6 +318,7 @@ def main(argv=None) -> None:
             report["pipeline"]["peak_rss_mb"] / report["pipeline_small"]["peak_rss_mb"], 2
         )
         print(json.dumps(report, indent=2))
+        record(args.record, report)
     finally:
         shutil.rmtree(model_dir, ignore_errors=True)
 

@@ -127,13 +127,17 @@ class TrainArgs:
         "100000 (big: 300000) for a large corpus",
     )
     steps_per_epoch: int | None = flag(
-        None, "batches per epoch; each epoch reshuffles", auto="one pass over the corpus"
+        None,
+        "batches per epoch; each epoch reshuffles",
+        auto="one pass over the corpus (at most train steps)",
     )
     checkpoint_every: int | None = flag(
-        None, "save every N steps", auto="train steps / 70, at least 100"
+        None, "save every N steps", auto="train steps / 70, at least 100 (at most train steps)"
     )
     keep_checkpoints: int = flag(5, "checkpoints kept in checkpoints/")
-    eval_every: int | None = flag(None, "validation BLEU every N steps", auto="train steps / 10")
+    eval_every: int | None = flag(
+        None, "validation BLEU every N steps", auto="train steps / 10, at least an epoch"
+    )
     eval_sentences: int | None = flag(None, "validation sentences for BLEU (0: all)", auto="500")
     eval_beam_size: int = flag(BEAM_SIZE, "beam size of the validation BLEU")
     patience: int = flag(0, "early stop after N BLEU evaluations without gain (0: never)")
@@ -141,7 +145,8 @@ class TrainArgs:
     warmup_steps: int | None = flag(
         None,
         "learning-rate warmup",
-        auto="4000; 0.4 x train steps (at most 4000) for a small corpus",
+        auto="4000; 0.4 x train steps (at most 4000) for a small corpus; at most half the "
+        "train steps",
     )
     lr_scale: float | None = flag(
         None, "multiplies the paper's schedule", auto="1.0; 0.8 for a small corpus"

@@ -31,6 +31,8 @@ PAPER_UPDATE_TOKENS, SMALL_UPDATE_TOKENS = 25000, 4096
 # A corpus with at least this many pairs gets the paper's recipe (WMT14: 4.5M pairs).
 LARGE_CORPUS = 1_000_000
 SMALL_CORPUS_EPOCHS = 20
+# A run warms up for at most 1/SHORT_RUN_WARMUP_SHARE of its updates.
+SHORT_RUN_WARMUP_SHARE = 2
 # The settings counted in batches of the corpus: a dry run, which trains no tokenizer to count
 # with, leaves those the user did not set unresolved (None).
 COUNTED = ("steps_per_epoch", "train_steps", "warmup_steps", "checkpoint_every", "eval_every")
@@ -103,14 +105,21 @@ def _resolve_schedule(out: TrainSettings, args: TrainArgs, large: bool, batches_
     if out.train_steps is None:  # a dry run: the rest follows from the count
         return
     out.epochs = None
+    steps = out.train_steps
+    # a run shorter than one pass is one epoch of its own length (validation and the
+    # progress bar end where the run does); the data stream is the same
+    if args.steps_per_epoch is None and spe and spe > steps:
+        out.steps_per_epoch = spe = steps
+    # Each interval is at most what the run allows: warmup half the updates, a checkpoint and
+    # a BLEU evaluation at least once. From 500 updates on (small corpus; 8,000 large) the
+    # cap never binds, so longer runs (the default recipe among them) resolve as before.
     if out.warmup_steps is None:
-        out.warmup_steps = (
-            4000 if large else min(4000, max(100, int(round(0.4 * out.train_steps, -2))))
-        )
+        warmup = 4000 if large else min(4000, max(100, int(round(0.4 * steps, -2))))
+        out.warmup_steps = max(1, min(warmup, steps // SHORT_RUN_WARMUP_SHARE))
     if out.checkpoint_every is None:
-        out.checkpoint_every = max(100, int(round(out.train_steps / 70, -2)))
+        out.checkpoint_every = min(steps, max(100, int(round(steps / 70, -2))))
     if out.eval_every is None and spe:
-        out.eval_every = max(spe, int(math.ceil(out.train_steps / 10)))
+        out.eval_every = min(steps, max(spe, int(math.ceil(steps / 10))))
 
 
 def split_update(out: TrainSettings, update_tokens: int, replicas: int) -> None:

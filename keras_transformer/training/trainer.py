@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import sys
 
 import keras
@@ -346,12 +345,17 @@ def fit_to_step(model: TrainingModel, data_from, valid_batches, callbacks, setti
         before, position = _step(model), int(model.data_position.numpy())
         epoch, offset = divmod(position, spe)
         # a run resumed mid-epoch first finishes that epoch, so that epochs (validation,
-        # end-of-epoch checkpoints) end where an uninterrupted run's do
-        epochs = 1 if offset else math.ceil((settings.train_steps - before) / spe)
+        # end-of-epoch checkpoints) end where an uninterrupted run's do; a last, partial
+        # epoch is a `fit` of its own, so that its progress bar ends where the run does
+        remaining = settings.train_steps - before
+        if offset or remaining < spe:
+            epochs, steps = 1, min(spe - offset, remaining)
+        else:
+            epochs, steps = remaining // spe, spe
         model.fit(
             data_from(int(model.data_next.numpy())),
             validation_data=valid_batches,
-            steps_per_epoch=spe - offset,
+            steps_per_epoch=steps,
             initial_epoch=epoch,
             epochs=epoch + epochs,
             callbacks=callbacks,

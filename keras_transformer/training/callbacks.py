@@ -178,14 +178,17 @@ class MetricsLogger(keras.callbacks.Callback):
         self.epoch = 0
         self.writer = None
 
-    def resume(self) -> None:
+    def resume(self, restored: bool = True) -> None:
         """After a restore: drop the events past the restored step (they will be written
-        again), and continue `time_s` from the last one kept."""
+        again), and continue `time_s` from the last one kept. With nothing `restored` (a run
+        killed before its first checkpoint, started again), every event the killed run
+        wrote goes: the new run writes them all again."""
         if not self.enabled:
             return
-        kept = self.run_dir.truncate_metrics(self.state.step)
+        step = self.state.step if restored else -1
+        kept = self.run_dir.truncate_metrics(step)
         for folder in ("train", "validation"):
-            truncate_events(os.path.join(self.run_dir.path("logs"), folder), self.state.step)
+            truncate_events(os.path.join(self.run_dir.path("logs"), folder), step)
         if kept:
             self.start = time.time() - float(kept[-1].get("time_s", 0.0))
 
@@ -225,31 +228,37 @@ class MetricsLogger(keras.callbacks.Callback):
 
 
 def truncate_events(folder: str, step: int) -> None:
-    """Drop the TensorBoard events past `step` from the event files in `folder` (a resumed
+    """Drop the TensorBoard summaries past `step` from the event files in `folder` (a resumed
     run writes them again; TensorBoard purges only steps that go back, so an event written
-    again at the same step would show twice). Each file is rewritten beside itself and
-    renamed over it."""
+    again at the same step would show twice). Events without a summary (a file's version
+    record) stay. Each file is rewritten beside itself and renamed over it, through
+    `tf.io.gfile`, so a `--model-dir` on gs:// (or any file system TensorFlow knows) is
+    truncated as a local one is."""
     from tensorflow.core.util import event_pb2
 
-    if not os.path.isdir(folder):
+    if not tf.io.gfile.isdir(folder):
         return
-    for name in sorted(os.listdir(folder)):
+    for name in sorted(tf.io.gfile.listdir(folder)):
         if not name.startswith("events.out.tfevents"):
             continue
-        path = os.path.join(folder, name)
+        path = f"{folder.rstrip('/')}/{name}"
         records, damaged = [], False
         try:
             for record in tf.data.TFRecordDataset(path).as_numpy_iterator():
                 records.append(record)
         except tf.errors.DataLossError:  # a last record the kill cut short: dropped
             damaged = True
-        kept = [r for r in records if event_pb2.Event.FromString(r).step <= step]
+        kept = [r for r in records if _kept_event(event_pb2.Event.FromString(r), step)]
         if len(kept) == len(records) and not damaged:
             continue
         with tf.io.TFRecordWriter(path + ".tmp") as writer:
             for record in kept:
                 writer.write(record)
-        os.replace(path + ".tmp", path)
+        tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
+
+
+def _kept_event(event, step: int) -> bool:
+    return event.step <= step or not event.HasField("summary")
 
 
 class BleuProgress(tf.Module):

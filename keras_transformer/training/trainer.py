@@ -249,10 +249,12 @@ def restore(shared: Run, checkpoint, model, bleu, metrics) -> bool:
     Only the chief writes checkpoints; every worker restores the chief's newest one, so all
     restart at the same step (and call their collectives at the same steps).
     `best/` keeps its own score; the larger of it and the checkpoint's is the best so far.
-    metrics.jsonl loses the events past the restored step (the resumed run writes them again).
+    metrics.jsonl and TensorBoard lose the events past the restored step (the resumed run
+    writes them again), and every event when there is nothing to restore.
     """
     paths = shared.checkpoints()
-    if not paths:
+    if not paths:  # a run killed before its first checkpoint wrote events: they go
+        metrics.resume(restored=False)
         return False
     try:
         checkpoint.restore(paths[-1]).assert_existing_objects_matched()

@@ -203,3 +203,53 @@ def test_a_resume_drops_the_tensorboard_events_past_its_step(tmp_path):
     accumulator = EventAccumulator(str(folder))
     accumulator.Reload()
     assert [e.step for e in accumulator.Tensors("loss")] == [5, 10, 15, 20]
+
+
+def write_events(folder, steps):
+    writer = tf.summary.create_file_writer(str(folder))
+    with writer.as_default():
+        for step in steps:
+            tf.summary.scalar("loss", float(step), step=step)
+    writer.close()
+
+
+def summary_steps(folder):
+    """The steps of every summary in the event files of `folder` (any gfile scheme)."""
+    from tensorflow.core.util import event_pb2
+
+    steps = []
+    for path in sorted(tf.io.gfile.glob(f"{folder}/events.out.tfevents*")):
+        for record in tf.data.TFRecordDataset(path).as_numpy_iterator():
+            event = event_pb2.Event.FromString(record)
+            if event.HasField("summary"):
+                steps.append(event.step)
+    return steps
+
+
+def test_event_truncation_goes_through_gfile():
+    """--model-dir gs://...: the event files are truncated through tf.io.gfile (here
+    TensorFlow's in-memory ram:// file system, which os.path cannot see)."""
+    import uuid
+
+    folder = f"ram://kt-{uuid.uuid4().hex}/logs/train"
+    write_events(folder, range(5, 31, 5))
+    cb.truncate_events(folder, 20)
+    assert summary_steps(folder) == [5, 10, 15, 20]
+    assert not tf.io.gfile.glob(f"{folder}/*.tmp")
+
+
+def test_a_restart_with_nothing_to_restore_drops_the_killed_runs_events(tmp_path):
+    """Killed before its first checkpoint, a run starts again from step 0 and writes every
+    event again: the killed run's metrics.jsonl lines and TensorBoard summaries go."""
+    model = compiled_model()
+    run = Run(str(tmp_path))
+    for step in (5, 5):
+        run.append_metrics({"event": "train", "step": step})
+    write_events(tmp_path / "logs" / "train", [5])
+    write_events(tmp_path / "logs" / "validation", [5])
+    logger = cb.MetricsLogger(run, cb.StepState(model), every=1)
+    logger.resume(restored=False)
+    assert run.read_metrics() == []
+    for folder in ("train", "validation"):
+        assert summary_steps(tmp_path / "logs" / folder) == []
+        assert len(list((tmp_path / "logs" / folder).iterdir())) == 1  # the file stays

@@ -35,7 +35,12 @@ from keras_transformer.training.preparation import (
 )
 from keras_transformer.settings.recipe import COUNTED
 from keras_transformer.training.step import TrainingModel
-from keras_transformer.training.strategy import is_chief, make_strategy, set_precision
+from keras_transformer.training.strategy import (
+    is_chief,
+    make_strategy,
+    planned_replicas,
+    set_precision,
+)
 from keras_transformer.training.summary import summarize
 
 logger = logging.getLogger(__name__)
@@ -116,10 +121,11 @@ def dry_run(plan: Plan) -> str:
     table), from the corpus sizes alone: no tokenizer trained, no TFDS download, nothing
     written (not even --model-dir)."""
     args = plan.args
-    strategy = make_strategy(args.strategy)  # the replicas bound the automatic micro-batch
+    # the replicas bound the automatic micro-batch; multi_worker's from TF_CONFIG (building
+    # the strategy would wait for the peers)
+    replicas = planned_replicas(args.strategy)
     local = dataclasses.replace(args, tfds_download=False)
     train_data, valid = load_data(dataclasses.replace(plan, args=local))
-    replicas = strategy.num_replicas_in_sync
     settings = planned_settings(Run(args.model_dir), args, train_data, replicas)
     return (
         f"train: {train_data.report()}\nvalidation: {valid.report()}\n"

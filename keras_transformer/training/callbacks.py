@@ -12,6 +12,7 @@ import keras
 import tensorflow as tf
 
 from keras_transformer.errors import KerasTransformerError
+from keras_transformer.training.step import NONFINITE
 
 logger = logging.getLogger(__name__)
 
@@ -42,24 +43,43 @@ class StepState:
 
 
 class NonFiniteLossGuard(keras.callbacks.Callback):
-    """Stops at the first NaN/Inf loss, before anything is saved, and says so clearly."""
+    """Stops at a NaN/Inf loss, before anything is saved, and says so clearly.
 
-    def __init__(self, manager: tf.train.CheckpointManager | None):
+    Under float16 loss scaling (a step reporting `nonfinite`: `TrainingModel`), the loss
+    scaler has skipped that step: up to `tolerance` such steps in a row are counted and
+    tolerated (a warning each), the next one stops. Elsewhere the first one stops."""
+
+    def __init__(self, manager: tf.train.CheckpointManager | None, tolerance: int = 0):
         super().__init__()
-        self.manager = manager
+        self.manager, self.tolerance = manager, tolerance
         self.failed_step = None
+        self.in_a_row = 0  # non-finite steps since the last finite one
+        self.skipped = 0  # tolerated non-finite steps in this process
 
     def on_train_batch_end(self, batch, logs=None):
-        loss = _scalars(logs).get("loss")
-        if loss is not None and not math.isfinite(loss):
-            self.failed_step = int(self.model.optimizer.iterations.numpy())
-            self.model.stop_training = True
+        scalars = _scalars(logs)
+        loss, flagged = scalars.get("loss"), scalars.get(NONFINITE)
+        if not (flagged or (loss is not None and not math.isfinite(loss))):
+            self.in_a_row = 0
+            return
+        self.in_a_row += 1
+        step = int(self.model.optimizer.iterations.numpy())
+        if flagged is not None and self.in_a_row <= self.tolerance:
+            self.skipped += 1
+            logger.warning(
+                "non-finite float16 loss after step %d: step skipped (%d in a row, "
+                "--nonfinite-steps %d)", step, self.in_a_row, self.tolerance,
+            )  # fmt: skip
+            return
+        self.failed_step = step
+        self.model.stop_training = True
 
     def check(self):
         if self.failed_step is not None:
             last = self.manager.latest_checkpoint if self.manager else None
+            row = f" ({self.in_a_row} steps in a row)" if self.in_a_row > 1 else ""
             raise TrainingError(
-                f"loss became NaN/Inf at step {self.failed_step}; training stopped. "
+                f"loss became NaN/Inf at step {self.failed_step}{row}; training stopped. "
                 f"Last good checkpoint: {last or 'none'}. Try a lower learning rate "
                 "(--lr-scale), more --warmup-steps, or --precision float32."
             )
@@ -200,7 +220,7 @@ class MetricsLogger(keras.callbacks.Callback):
             "step": self.state.step,
             "epoch": self.epoch,
             "time_s": round(time.time() - self.start, 1),
-            **_scalars(logs),
+            **{k: v for k, v in _scalars(logs).items() if k != NONFINITE},
         }
         lr = self.model.optimizer.learning_rate
         record["learning_rate"] = float(lr.numpy() if hasattr(lr, "numpy") else lr)

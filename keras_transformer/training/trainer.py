@@ -88,7 +88,7 @@ def train(plan: Plan) -> dict:
     progress = cb.BleuProgress()
     checkpoint = training_checkpoint(model, progress)
     manager = job.shared.checkpoint_manager(checkpoint, max_to_keep=settings.keep_checkpoints)
-    guard = cb.NonFiniteLossGuard(manager)
+    guard = cb.NonFiniteLossGuard(manager, settings.nonfinite_steps)
     bleu = make_bleu_callback(
         job, settings, model, tokenizer, valid, metrics=metrics, guard=guard, progress=progress
     )

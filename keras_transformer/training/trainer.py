@@ -8,8 +8,10 @@ last checkpoint, and the BLEU callback that the guard silences.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import math
+import os
 import sys
 
 import keras
@@ -97,6 +99,7 @@ def train(plan: Plan) -> dict:
         fine_tune.initialize(
             model.transformer, job.shared.read_config()["init"], keep=seed_states(model.transformer)
         )
+    check_restored_step(job, _step(model))
     if _step(model) >= settings.train_steps:
         logger.info("already at step %d >= --train-steps %d", _step(model), settings.train_steps)
         return summarize(job.shared, settings, model, bleu)
@@ -279,6 +282,21 @@ def restore(shared: Run, checkpoint, model, bleu, metrics) -> bool:
     scale = f" (loss scale {float(scale.numpy()):g})" if scale is not None else ""
     logger.info("resumed from %s at step %d%s", paths[-1], _step(model), scale)
     return True
+
+
+def check_restored_step(job: Job, step: int) -> None:
+    """Every worker restored the chief's step (a collective in multi-worker runs), else one
+    line naming the tasks that differ."""
+    if not isinstance(job.strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return
+    steps = cb.replica_steps(job.strategy, step)
+    cluster = json.loads(os.environ["TF_CONFIG"])["cluster"]
+    tasks = [f"chief:{i}" for i in range(len(cluster.get("chief") or []))]
+    tasks += [f"worker:{i}" for i in range(len(cluster.get("worker") or []))]
+    per_task = max(1, len(steps) // len(tasks))  # replicas are numbered task by task
+    cb.check_same_step(
+        steps, [tasks[min(i // per_task, len(tasks) - 1)] for i in range(len(steps))]
+    )
 
 
 def seed_states(model) -> list:

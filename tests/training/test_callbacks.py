@@ -314,3 +314,12 @@ def test_isolated_float16_nans_are_skipped_a_run_of_them_stops():
 def test_a_float32_nan_stops_at_once_whatever_the_tolerance():
     _, guard, error = fit_with_nan("float32", [2], tolerance=5)
     assert guard.skipped == 0 and error is not None and "NaN/Inf at step 3" in error
+
+
+def test_workers_that_restored_different_steps_are_named():
+    """After a restore, every worker's step is compared with the chief's: a worker that
+    could not see the run directory (step 0) is named, the job stops with one line."""
+    cb.check_same_step([40, 40, 40], ["chief:0", "worker:0", "worker:1"])
+    with pytest.raises(cb.TrainingError, match=r"chief:0 at step 40, worker:1 at step 0;"):
+        cb.check_same_step([40, 40, 0], ["chief:0", "worker:0", "worker:1"])
+    assert cb.replica_steps(tf.distribute.get_strategy(), 7) == [7]

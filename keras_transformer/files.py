@@ -1,5 +1,6 @@
-"""Writing files so that a crash never leaves half of one behind, with the modes the umask
-allows (as `open` and `os.makedirs` give), never the private ones of `tempfile`."""
+"""Writing files so that a crash (of the process or of the node) never leaves half of one
+behind, with the modes the umask allows (as `open` and `os.makedirs` give), never the private
+ones of `tempfile`."""
 
 from __future__ import annotations
 
@@ -76,6 +77,8 @@ def write_atomic(path: str, data: bytes | str) -> None:
     half-written file; the rename is atomic on POSIX filesystems. The file gets the mode the
     umask allows (0644 under umask 022), not mkstemp's 0600: a server running as another
     user (TF Serving reading models.config, a colleague reading config.json) can read it.
+    A local file is fsynced before the rename and its directory after it, so a node that
+    crashes (power, kernel) just after a write finds the new file or the old one, whole.
     A path with a scheme (gs://, ram://, ...) goes through `tf.io.gfile` (an object store's rename is a copy:
     readers still never see a half-written file, only the temporary one).
     """
@@ -88,11 +91,27 @@ def write_atomic(path: str, data: bytes | str) -> None:
         os.fchmod(fd, file_mode())
         with os.fdopen(fd, "wb") as handle:
             handle.write(data.encode("utf-8") if isinstance(data, str) else data)
+            handle.flush()
+            os.fsync(handle.fileno())  # the data on disk before the name points to it
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.remove(tmp)
         raise
+    fsync_dir(folder)  # the rename itself on disk
+
+
+def fsync_dir(folder: str) -> None:
+    """Flush a directory's entries (a rename into it) to disk; a no-op where directories
+    cannot be opened (Windows)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _write_gfile(path: str, data: bytes | str) -> None:
@@ -118,6 +137,7 @@ __all__ = [
     "current_umask",
     "dir_mode",
     "file_mode",
+    "fsync_dir",
     "make_public_dir",
     "write_atomic",
 ]

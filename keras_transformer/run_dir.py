@@ -18,6 +18,7 @@ s3:// with tensorflow-io, hdfs://, ram:// in tests) as well as a local path.
 from __future__ import annotations
 
 import json
+import logging
 import os
 
 import numpy as np
@@ -33,6 +34,8 @@ CHECKPOINT_DIR = "checkpoints"
 BEST_DIR = "best"
 LOG_DIR = "logs"
 METRICS_FILE = "metrics.jsonl"
+logger = logging.getLogger(__name__)
+
 EMA_KEY = "ema"  # a checkpoint's moving averages: ema/<i> for the i-th trainable variable
 
 
@@ -188,11 +191,33 @@ class Run:
         return kept
 
     def read_metrics(self) -> list[dict]:
+        """The events of metrics.jsonl, in order. A last line cut short (a kill during its
+        write: no newline, not JSON) is skipped with a warning, and goes at the next
+        truncation; a bad line anywhere else raises RunDirError naming the file and line."""
         if not self.isfile(METRICS_FILE):
             return []
-        with tf.io.gfile.GFile(self.path(METRICS_FILE), "rb") as handle:
-            lines = handle.read().decode("utf-8").splitlines()
-        return [json.loads(line) for line in lines if line.strip()]
+        path = self.path(METRICS_FILE)
+        with tf.io.gfile.GFile(path, "rb") as handle:
+            lines = handle.read().split(b"\n")  # the last: b"" after a complete line
+        records = []
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line.decode("utf-8"))
+                if not isinstance(record, dict):
+                    raise ValueError("not a JSON object")
+            except ValueError as err:  # JSONDecodeError and UnicodeDecodeError included
+                if number == len(lines):  # no newline after it: a write cut short
+                    logger.warning(
+                        "%s line %d is incomplete (a killed write): skipped", path, number
+                    )
+                    continue
+                raise RunDirError(
+                    f"{path} line {number} is not a JSON object ({err}): repair or delete that line"
+                ) from None
+            records.append(record)
+        return records
 
 
 def has_averages(checkpoint_path: str) -> bool:

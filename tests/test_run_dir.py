@@ -134,3 +134,25 @@ def test_a_run_directory_on_another_gfile_file_system():
     with pytest.raises(ConfigError, match="worker_1 gave up"):
         check_workers(run)
     assert not tf.io.gfile.glob(run.path(GAVE_UP.format("*")))
+
+
+def test_a_torn_last_metrics_line_is_skipped_a_bad_line_elsewhere_named(tmp_path, caplog):
+    """A kill during an append leaves the last line cut short (no newline): a resume reads
+    the lines before it (with a warning) and its truncation drops it; a line that is not
+    JSON anywhere else is damage, reported with the file and the line."""
+    run = Run(str(tmp_path))
+    for step in (1, 2):
+        run.append_metrics({"event": "train", "step": step})
+    with open(run.path("metrics.jsonl"), "a") as handle:
+        handle.write('{"event": "train", "st')
+    assert [r["step"] for r in run.read_metrics()] == [1, 2]
+    assert "metrics.jsonl line 3 is incomplete" in caplog.text
+    assert [r["step"] for r in run.truncate_metrics(2)] == [1, 2]
+    run.append_metrics({"event": "train", "step": 3})
+    assert [r["step"] for r in run.read_metrics()] == [1, 2, 3]
+    lines = open(run.path("metrics.jsonl")).read().splitlines()
+    lines[1] = lines[1][:10]
+    with open(run.path("metrics.jsonl"), "w") as handle:
+        handle.write("\n".join(lines) + "\n")
+    with pytest.raises(RunDirError, match=r"metrics\.jsonl line 2 is not a JSON object"):
+        run.read_metrics()

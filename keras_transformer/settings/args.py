@@ -178,6 +178,11 @@ class TrainArgs:
         "validation BLEU, best/ and export use it",
         auto="off",
     )
+    nonfinite_steps: int = flag(
+        3,
+        "mixed_float16: stop after N steps in a row with a NaN/Inf loss (an isolated one is "
+        "skipped, as the loss scaler skips an overflow); float32 and bfloat16 stop at the first",
+    )
     seed: int = flag(0, "seed of the weights, the data order and dropout")
     verbose: int | None = flag(
         None, "Keras fit verbosity", (0, 1, 2), auto="1 on a terminal, else 2"

@@ -39,7 +39,7 @@ def check_values(args: TrainArgs) -> None:
         value = getattr(args, name)
         if value is not None and (not isinstance(value, int) or value <= 0):
             raise ConfigError(f"{option(name)} must be a positive integer, got {value!r}")
-    for name in ("patience", "eval_sentences"):
+    for name in ("patience", "eval_sentences", "nonfinite_steps"):
         value = getattr(args, name)
         if value is not None and value < 0:
             raise ConfigError(f"{option(name)} must be >= 0, got {value!r}")

@@ -12,6 +12,7 @@ import keras
 import tensorflow as tf
 
 from keras_transformer.errors import KerasTransformerError
+from keras_transformer.training.step import NONFINITE
 
 logger = logging.getLogger(__name__)
 
@@ -42,24 +43,43 @@ class StepState:
 
 
 class NonFiniteLossGuard(keras.callbacks.Callback):
-    """Stops at the first NaN/Inf loss, before anything is saved, and says so clearly."""
+    """Stops at a NaN/Inf loss, before anything is saved, and says so clearly.
 
-    def __init__(self, manager: tf.train.CheckpointManager | None):
+    Under float16 loss scaling (a step reporting `nonfinite`: `TrainingModel`), the loss
+    scaler has skipped that step: up to `tolerance` such steps in a row are counted and
+    tolerated (a warning each), the next one stops. Elsewhere the first one stops."""
+
+    def __init__(self, manager: tf.train.CheckpointManager | None, tolerance: int = 0):
         super().__init__()
-        self.manager = manager
+        self.manager, self.tolerance = manager, tolerance
         self.failed_step = None
+        self.in_a_row = 0  # non-finite steps since the last finite one
+        self.skipped = 0  # tolerated non-finite steps in this process
 
     def on_train_batch_end(self, batch, logs=None):
-        loss = _scalars(logs).get("loss")
-        if loss is not None and not math.isfinite(loss):
-            self.failed_step = int(self.model.optimizer.iterations.numpy())
-            self.model.stop_training = True
+        scalars = _scalars(logs)
+        loss, flagged = scalars.get("loss"), scalars.get(NONFINITE)
+        if not (flagged or (loss is not None and not math.isfinite(loss))):
+            self.in_a_row = 0
+            return
+        self.in_a_row += 1
+        step = int(self.model.optimizer.iterations.numpy())
+        if flagged is not None and self.in_a_row <= self.tolerance:
+            self.skipped += 1
+            logger.warning(
+                "non-finite float16 loss after step %d: step skipped (%d in a row, "
+                "--nonfinite-steps %d)", step, self.in_a_row, self.tolerance,
+            )  # fmt: skip
+            return
+        self.failed_step = step
+        self.model.stop_training = True
 
     def check(self):
         if self.failed_step is not None:
             last = self.manager.latest_checkpoint if self.manager else None
+            row = f" ({self.in_a_row} steps in a row)" if self.in_a_row > 1 else ""
             raise TrainingError(
-                f"loss became NaN/Inf at step {self.failed_step}; training stopped. "
+                f"loss became NaN/Inf at step {self.failed_step}{row}; training stopped. "
                 f"Last good checkpoint: {last or 'none'}. Try a lower learning rate "
                 "(--lr-scale), more --warmup-steps, or --precision float32."
             )
@@ -178,14 +198,17 @@ class MetricsLogger(keras.callbacks.Callback):
         self.epoch = 0
         self.writer = None
 
-    def resume(self) -> None:
+    def resume(self, restored: bool = True) -> None:
         """After a restore: drop the events past the restored step (they will be written
-        again), and continue `time_s` from the last one kept."""
+        again), and continue `time_s` from the last one kept. With nothing `restored` (a run
+        killed before its first checkpoint, started again), every event the killed run
+        wrote goes: the new run writes them all again."""
         if not self.enabled:
             return
-        kept = self.run_dir.truncate_metrics(self.state.step)
+        step = self.state.step if restored else -1
+        kept = self.run_dir.truncate_metrics(step)
         for folder in ("train", "validation"):
-            truncate_events(os.path.join(self.run_dir.path("logs"), folder), self.state.step)
+            truncate_events(os.path.join(self.run_dir.path("logs"), folder), step)
         if kept:
             self.start = time.time() - float(kept[-1].get("time_s", 0.0))
 
@@ -197,7 +220,7 @@ class MetricsLogger(keras.callbacks.Callback):
             "step": self.state.step,
             "epoch": self.epoch,
             "time_s": round(time.time() - self.start, 1),
-            **_scalars(logs),
+            **{k: v for k, v in _scalars(logs).items() if k != NONFINITE},
         }
         lr = self.model.optimizer.learning_rate
         record["learning_rate"] = float(lr.numpy() if hasattr(lr, "numpy") else lr)
@@ -225,31 +248,37 @@ class MetricsLogger(keras.callbacks.Callback):
 
 
 def truncate_events(folder: str, step: int) -> None:
-    """Drop the TensorBoard events past `step` from the event files in `folder` (a resumed
+    """Drop the TensorBoard summaries past `step` from the event files in `folder` (a resumed
     run writes them again; TensorBoard purges only steps that go back, so an event written
-    again at the same step would show twice). Each file is rewritten beside itself and
-    renamed over it."""
+    again at the same step would show twice). Events without a summary (a file's version
+    record) stay. Each file is rewritten beside itself and renamed over it, through
+    `tf.io.gfile`, so a `--model-dir` on gs:// (or any file system TensorFlow knows) is
+    truncated as a local one is."""
     from tensorflow.core.util import event_pb2
 
-    if not os.path.isdir(folder):
+    if not tf.io.gfile.isdir(folder):
         return
-    for name in sorted(os.listdir(folder)):
+    for name in sorted(tf.io.gfile.listdir(folder)):
         if not name.startswith("events.out.tfevents"):
             continue
-        path = os.path.join(folder, name)
+        path = f"{folder.rstrip('/')}/{name}"
         records, damaged = [], False
         try:
             for record in tf.data.TFRecordDataset(path).as_numpy_iterator():
                 records.append(record)
         except tf.errors.DataLossError:  # a last record the kill cut short: dropped
             damaged = True
-        kept = [r for r in records if event_pb2.Event.FromString(r).step <= step]
+        kept = [r for r in records if _kept_event(event_pb2.Event.FromString(r), step)]
         if len(kept) == len(records) and not damaged:
             continue
         with tf.io.TFRecordWriter(path + ".tmp") as writer:
             for record in kept:
                 writer.write(record)
-        os.replace(path + ".tmp", path)
+        tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
+
+
+def _kept_event(event, step: int) -> bool:
+    return event.step <= step or not event.HasField("summary")
 
 
 class BleuProgress(tf.Module):
@@ -414,6 +443,34 @@ def agree_any(strategy: tf.distribute.Strategy | None, flag: bool) -> bool:
     return float(strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None)) > 0.0
 
 
+def replica_steps(strategy: tf.distribute.Strategy, step: int) -> list[int]:
+    """Every replica's `step`, in replica order: a collective in multi-worker runs (each
+    replica contributes its step at its own index of a vector summed over replicas, the
+    reduction `agree_any` uses); [step] elsewhere."""
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return [step]
+    count = strategy.num_replicas_in_sync
+    value = strategy.experimental_distribute_values_from_function(
+        lambda context: (
+            tf.one_hot(context.replica_id_in_sync_group, count, dtype=tf.float64) * float(step)
+        )
+    )
+    return [int(s) for s in strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None)]
+
+
+def check_same_step(steps: list[int], tasks: list[str]) -> None:
+    """Raise TrainingError naming the tasks whose restored step differs from the chief's
+    (`steps[i]` restored by `tasks[i]`, the chief first), e.g. a worker that could not see
+    the run directory and started from step 0."""
+    if len(set(steps)) <= 1:
+        return
+    differ = [f"{task} at step {s}" for task, s in zip(tasks, steps) if s != steps[0]]
+    raise TrainingError(
+        f"the workers restored different steps: {tasks[0]} at step {steps[0]}, "
+        f"{', '.join(differ)}; every task must see the same --model-dir (a shared directory)"
+    )
+
+
 __all__ = [
     "BleuEvaluation",
     "BleuProgress",
@@ -425,5 +482,7 @@ __all__ = [
     "StopAtStep",
     "TrainingError",
     "agree_any",
+    "check_same_step",
     "kill_switch",
+    "replica_steps",
 ]

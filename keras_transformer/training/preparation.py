@@ -37,6 +37,7 @@ from keras_transformer.settings.plan import Plan
 from keras_transformer.settings.recipe import resolve
 from keras_transformer.settings.validation import check_resume
 from keras_transformer.training.fine_tune import Source
+from keras_transformer.training.strategy import chief_task
 
 logger = logging.getLogger(__name__)
 
@@ -261,9 +262,9 @@ def wait_for(path: str, timeout: float, gave_up: str) -> None:
             tf.io.gfile.makedirs(os.path.dirname(gave_up))
             write_atomic(gave_up, f"gave up after {timeout:.0f} s\n")
             raise ConfigError(
-                f"waited {timeout:.0f} s (--worker-wait) for the chief worker to write {path}: "
-                "start worker 0 with the same --model-dir (a directory every worker can read), "
-                "or raise --worker-wait"
+                f"waited {timeout:.0f} s (--worker-wait) for the chief to write {path}: start "
+                f"the chief (TF_CONFIG task {chief_task()}) with the same --model-dir (a "
+                "directory every worker can read), or raise --worker-wait"
             )
         time.sleep(1.0)
 

@@ -28,6 +28,8 @@ import tensorflow as tf
 from keras_transformer.errors import KerasTransformerError
 from keras_transformer.losses import LabelSmoothedCrossEntropy
 
+NONFINITE = "nonfinite"  # float16 steps: 1.0 when the step's loss was NaN/Inf on a replica
+
 
 def all_reduce_sum(value):
     """Sum over replicas inside a distribution strategy; identity outside one."""
@@ -133,7 +135,16 @@ class TrainingModel(keras.Model):
             self.data_next.assign(last_position(data[2]) + 1)
             if self.replica_next is not None:
                 self.replica_next.assign(replica_positions(data[2]) + 1)
-        return self._record_loss(loss_sum, local_tokens)
+        if not isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer):
+            return self._record_loss(loss_sum, local_tokens)
+        # float16: a non-finite loss (its step skipped by the loss scaler) stays out of the
+        # epoch's mean loss, and the step says it was non-finite on some replica
+        finite = tf.math.is_finite(loss_sum)
+        results = self._record_loss(
+            tf.where(finite, loss_sum, 0.0), tf.where(finite, local_tokens, 0.0)
+        )
+        bad = all_reduce_sum(1.0 - tf.cast(finite, tf.float32)) > 0.0
+        return {**results, NONFINITE: tf.reshape(tf.cast(bad, tf.float32), results["loss"].shape)}
 
     def compile(self, *args, jit_compile=False, **kwargs):
         """Keras' compile; `jit_compile=True` compiles each micro-batch's forward and

@@ -76,12 +76,7 @@ def make_strategy(name: str, collective_timeout: float | None = None) -> tf.dist
     if name == "default":
         return tf.distribute.get_strategy()
     if name == "multi_worker":  # before anything that starts the runtime (collectives)
-        if "TF_CONFIG" not in os.environ:
-            raise StrategyError("--strategy multi_worker needs the TF_CONFIG environment variable")
-        try:
-            json.loads(os.environ["TF_CONFIG"])
-        except json.JSONDecodeError as err:
-            raise StrategyError(f"TF_CONFIG is not valid JSON: {err}") from None
+        tf_config()
         return tf.distribute.MultiWorkerMirroredStrategy(
             communication_options=communication_options(collective_timeout)
         )
@@ -95,6 +90,41 @@ def make_strategy(name: str, collective_timeout: float | None = None) -> tf.dist
     tf.config.experimental_connect_to_cluster(resolver)
     tf.tpu.experimental.initialize_tpu_system(resolver)
     return tf.distribute.TPUStrategy(resolver)
+
+
+def tf_config() -> dict:
+    """$TF_CONFIG, checked: JSON with a "cluster" of at least one chief or worker."""
+    if "TF_CONFIG" not in os.environ:
+        raise StrategyError("--strategy multi_worker needs the TF_CONFIG environment variable")
+    try:
+        config = json.loads(os.environ["TF_CONFIG"])
+    except json.JSONDecodeError as err:
+        raise StrategyError(f"TF_CONFIG is not valid JSON: {err}") from None
+    cluster = config.get("cluster") if isinstance(config, dict) else None
+    if not isinstance(cluster, dict) or not (cluster.get("chief") or cluster.get("worker")):
+        raise StrategyError('TF_CONFIG has no "cluster" with a "chief" or "worker" task')
+    return config
+
+
+def chief_task() -> str:
+    """The task TensorFlow makes the chief (it writes the run directory): "chief:0" when
+    TF_CONFIG's cluster has a chief job (Kubeflow's TFJob, Vertex AI), else "worker:0"."""
+    try:
+        cluster = json.loads(os.environ.get("TF_CONFIG") or "{}").get("cluster") or {}
+    except (json.JSONDecodeError, AttributeError):
+        cluster = {}
+    return "chief:0" if cluster.get("chief") else "worker:0"
+
+
+def planned_replicas(name: str) -> int:
+    """The replicas of `make_strategy(name)`'s strategy (`--dry-run`). For multi_worker,
+    counted from TF_CONFIG (chief and workers, each with this machine's GPUs, or one CPU)
+    without building the strategy: that would start its server and wait for the peers."""
+    if name != "multi_worker":
+        return make_strategy(name).num_replicas_in_sync
+    cluster = tf_config()["cluster"]
+    tasks = len(cluster.get("chief") or []) + len(cluster.get("worker") or [])
+    return tasks * max(1, len(tf.config.list_logical_devices("GPU")))
 
 
 def is_chief(strategy: tf.distribute.Strategy) -> bool:

@@ -8,7 +8,9 @@ last checkpoint, and the BLEU callback that the guard silences.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
+import os
 import sys
 
 import keras
@@ -34,7 +36,12 @@ from keras_transformer.training.preparation import (
     subword_sampler,
 )
 from keras_transformer.training.step import TrainingModel
-from keras_transformer.training.strategy import is_chief, make_strategy, set_precision
+from keras_transformer.training.strategy import (
+    is_chief,
+    make_strategy,
+    planned_replicas,
+    set_precision,
+)
 from keras_transformer.training.summary import summarize
 
 logger = logging.getLogger(__name__)
@@ -82,7 +89,7 @@ def train(plan: Plan) -> dict:
     progress = cb.BleuProgress()
     checkpoint = training_checkpoint(model, progress)
     manager = job.shared.checkpoint_manager(checkpoint, max_to_keep=settings.keep_checkpoints)
-    guard = cb.NonFiniteLossGuard(manager)
+    guard = cb.NonFiniteLossGuard(manager, settings.nonfinite_steps)
     bleu = make_bleu_callback(
         job, settings, model, tokenizer, valid, metrics=metrics, guard=guard, progress=progress
     )
@@ -91,6 +98,7 @@ def train(plan: Plan) -> dict:
         fine_tune.initialize(
             model.transformer, job.shared.read_config()["init"], keep=seed_states(model.transformer)
         )
+    check_restored_step(job, _step(model))
     if _step(model) >= settings.train_steps:
         logger.info("already at step %d >= --train-steps %d", _step(model), settings.train_steps)
         return summarize(job.shared, settings, model, bleu)
@@ -115,10 +123,11 @@ def dry_run(plan: Plan) -> str:
     table), from the corpus sizes alone: no tokenizer trained, no TFDS download, nothing
     written (not even --model-dir)."""
     args = plan.args
-    strategy = make_strategy(args.strategy)  # the replicas bound the automatic micro-batch
+    # the replicas bound the automatic micro-batch; multi_worker's from TF_CONFIG (building
+    # the strategy would wait for the peers)
+    replicas = planned_replicas(args.strategy)
     local = dataclasses.replace(args, tfds_download=False)
     train_data, valid = load_data(dataclasses.replace(plan, args=local))
-    replicas = strategy.num_replicas_in_sync
     settings = planned_settings(Run(args.model_dir), args, train_data, replicas)
     return (
         f"train: {train_data.report()}\nvalidation: {valid.report()}\n"
@@ -248,10 +257,12 @@ def restore(shared: Run, checkpoint, model, bleu, metrics) -> bool:
     Only the chief writes checkpoints; every worker restores the chief's newest one, so all
     restart at the same step (and call their collectives at the same steps).
     `best/` keeps its own score; the larger of it and the checkpoint's is the best so far.
-    metrics.jsonl loses the events past the restored step (the resumed run writes them again).
+    metrics.jsonl and TensorBoard lose the events past the restored step (the resumed run
+    writes them again), and every event when there is nothing to restore.
     """
     paths = shared.checkpoints()
-    if not paths:
+    if not paths:  # a run killed before its first checkpoint wrote events: they go
+        metrics.resume(restored=False)
         return False
     try:
         checkpoint.restore(paths[-1]).assert_existing_objects_matched()
@@ -270,6 +281,21 @@ def restore(shared: Run, checkpoint, model, bleu, metrics) -> bool:
     scale = f" (loss scale {float(scale.numpy()):g})" if scale is not None else ""
     logger.info("resumed from %s at step %d%s", paths[-1], _step(model), scale)
     return True
+
+
+def check_restored_step(job: Job, step: int) -> None:
+    """Every worker restored the chief's step (a collective in multi-worker runs), else one
+    line naming the tasks that differ."""
+    if not isinstance(job.strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return
+    steps = cb.replica_steps(job.strategy, step)
+    cluster = json.loads(os.environ["TF_CONFIG"])["cluster"]
+    tasks = [f"chief:{i}" for i in range(len(cluster.get("chief") or []))]
+    tasks += [f"worker:{i}" for i in range(len(cluster.get("worker") or []))]
+    per_task = max(1, len(steps) // len(tasks))  # replicas are numbered task by task
+    cb.check_same_step(
+        steps, [tasks[min(i // per_task, len(tasks) - 1)] for i in range(len(steps))]
+    )
 
 
 def seed_states(model) -> list:

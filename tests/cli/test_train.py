@@ -67,3 +67,32 @@ def test_a_recipe_files_dry_run_is_the_plan_of_its_flags(tmp_path, multi30k_dir)
 
     assert unmarked(default) == unmarked(from_file)
     assert not os.path.exists(model_dir)  # nothing written
+
+
+def test_a_multi_worker_dry_run_answers_without_its_peers(tmp_path, multi30k_dir):
+    """--dry-run --strategy multi_worker plans from TF_CONFIG alone: with its peer never
+    started, it answers in seconds (it used to build the strategy and wait for the peer)."""
+    import json
+    import socket
+
+    ports = []
+    for _ in range(2):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])
+    workers = [f"127.0.0.1:{port}" for port in ports]
+    config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": 0}}
+    model_dir = str(tmp_path / "run")
+    out = subprocess.run(
+        [sys.executable, "-m", "keras_transformer.cli.train", "--dry-run",
+         "--strategy", "multi_worker", "--model-dir", model_dir],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": ROOT, "KT_DATA_DIR": multi30k_dir,
+             "TF_CONFIG": json.dumps(config)},
+        timeout=90,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert f"dry run: nothing trained, nothing written to {model_dir}" in out.stdout
+    assert not os.path.exists(model_dir)

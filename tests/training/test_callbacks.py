@@ -4,7 +4,11 @@ import tensorflow as tf
 
 import keras_transformer as kt
 from keras_transformer.run_dir import Run
+from keras_transformer.settings.args import TrainArgs
 from keras_transformer.training import callbacks as cb
+from keras_transformer.training.step import TrainingModel
+from keras_transformer.training.strategy import set_precision
+from keras_transformer.training.trainer import fit_to_step
 
 
 def compiled_model():
@@ -203,3 +207,119 @@ def test_a_resume_drops_the_tensorboard_events_past_its_step(tmp_path):
     accumulator = EventAccumulator(str(folder))
     accumulator.Reload()
     assert [e.step for e in accumulator.Tensors("loss")] == [5, 10, 15, 20]
+
+
+def write_events(folder, steps):
+    writer = tf.summary.create_file_writer(str(folder))
+    with writer.as_default():
+        for step in steps:
+            tf.summary.scalar("loss", float(step), step=step)
+    writer.close()
+
+
+def summary_steps(folder):
+    """The steps of every summary in the event files of `folder` (any gfile scheme)."""
+    from tensorflow.core.util import event_pb2
+
+    steps = []
+    for path in sorted(tf.io.gfile.glob(f"{folder}/events.out.tfevents*")):
+        for record in tf.data.TFRecordDataset(path).as_numpy_iterator():
+            event = event_pb2.Event.FromString(record)
+            if event.HasField("summary"):
+                steps.append(event.step)
+    return steps
+
+
+def test_event_truncation_goes_through_gfile():
+    """--model-dir gs://...: the event files are truncated through tf.io.gfile (here
+    TensorFlow's in-memory ram:// file system, which os.path cannot see)."""
+    import uuid
+
+    folder = f"ram://kt-{uuid.uuid4().hex}/logs/train"
+    write_events(folder, range(5, 31, 5))
+    cb.truncate_events(folder, 20)
+    assert summary_steps(folder) == [5, 10, 15, 20]
+    assert not tf.io.gfile.glob(f"{folder}/*.tmp")
+
+
+def test_a_restart_with_nothing_to_restore_drops_the_killed_runs_events(tmp_path):
+    """Killed before its first checkpoint, a run starts again from step 0 and writes every
+    event again: the killed run's metrics.jsonl lines and TensorBoard summaries go."""
+    model = compiled_model()
+    run = Run(str(tmp_path))
+    for step in (5, 5):
+        run.append_metrics({"event": "train", "step": step})
+    write_events(tmp_path / "logs" / "train", [5])
+    write_events(tmp_path / "logs" / "validation", [5])
+    logger = cb.MetricsLogger(run, cb.StepState(model), every=1)
+    logger.resume(restored=False)
+    assert run.read_metrics() == []
+    for folder in ("train", "validation"):
+        assert summary_steps(tmp_path / "logs" / folder) == []
+        assert len(list((tmp_path / "logs" / folder).iterdir())) == 1  # the file stays
+
+
+class NonFiniteAt(TrainingModel):
+    """A NaN loss (and NaN gradients) on the batches at the given stream positions."""
+
+    def __init__(self, transformer, positions):
+        super().__init__(transformer)
+        self.positions = tf.constant(positions, tf.int64)
+
+    def compute_gradients(self, *args):
+        grads, loss = super().compute_gradients(*args)
+        hit = tf.reduce_any(tf.equal(tf.cast(self.data_position, tf.int64), self.positions))
+        poison = tf.where(hit, float("nan"), 0.0)
+        return [grads[0] + tf.cast(poison, grads[0].dtype), *grads[1:]], loss + poison
+
+
+def fit_with_nan(precision, positions, tolerance, steps=6):
+    """(model, guard, error) of a tiny run of `steps` updates with NaN losses at `positions`."""
+    set_precision(precision)
+    try:
+        transformer = kt.Transformer(kt.TransformerConfig.preset("tiny", vocab_size=40))
+        model = NonFiniteAt(transformer, positions)
+        model.compile(optimizer=kt.paper_optimizer(64, 10), loss=kt.LabelSmoothedCrossEntropy())
+        rng = np.random.default_rng(0)
+        src = rng.integers(4, 40, size=(4, 7)).astype("int32")
+        tgt = rng.integers(4, 40, size=(4, 6)).astype("int32")
+        data = tf.data.Dataset.from_tensors(((src, tgt), tgt)).repeat()
+        guard = cb.NonFiniteLossGuard(None, tolerance)
+        callbacks = [guard, cb.StopAtStep(cb.StepState(model), steps)]
+        settings = TrainArgs(train_steps=steps, steps_per_epoch=20, verbose=0)
+        try:
+            fit_to_step(model, lambda position: data, None, callbacks, settings)
+        except cb.TrainingError as err:
+            return model, guard, str(err)
+        return model, guard, None
+    finally:
+        set_precision("float32")
+
+
+def test_isolated_float16_nans_are_skipped_a_run_of_them_stops():
+    """mixed_float16: NaN losses on batches 1, 3 and 4 (two in a row) with --nonfinite-steps
+    2 are skipped like overflows (no update, the loss scale halved, the epoch's loss finite)
+    and training reaches its step count; three in a row stop it, naming the step."""
+    model, guard, error = fit_with_nan("mixed_float16", [1, 3, 4], tolerance=2)
+    assert error is None and guard.skipped == 3
+    assert int(model.optimizer.iterations.numpy()) == 6
+    assert int(model.data_position.numpy()) == 9  # 3 skipped batches + 6 updates
+    assert float(model.optimizer.dynamic_scale.numpy()) == 2.0**15 / 8
+    assert all(np.isfinite(w).all() for w in model.get_weights())
+    model, guard, error = fit_with_nan("mixed_float16", [1, 2, 3], tolerance=2)
+    assert error is not None and "NaN/Inf at step 1 (3 steps in a row)" in error
+    assert int(model.data_position.numpy()) == 4
+
+
+def test_a_float32_nan_stops_at_once_whatever_the_tolerance():
+    _, guard, error = fit_with_nan("float32", [2], tolerance=5)
+    assert guard.skipped == 0 and error is not None and "NaN/Inf at step 3" in error
+
+
+def test_workers_that_restored_different_steps_are_named():
+    """After a restore, every worker's step is compared with the chief's: a worker that
+    could not see the run directory (step 0) is named, the job stops with one line."""
+    cb.check_same_step([40, 40, 40], ["chief:0", "worker:0", "worker:1"])
+    with pytest.raises(cb.TrainingError, match=r"chief:0 at step 40, worker:1 at step 0;"):
+        cb.check_same_step([40, 40, 0], ["chief:0", "worker:0", "worker:1"])
+    assert cb.replica_steps(tf.distribute.get_strategy(), 7) == [7]

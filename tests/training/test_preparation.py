@@ -71,3 +71,17 @@ def test_steps_per_epoch_are_counted_on_the_pass_order(tmp_path):
     full = count_batches(corpus, tokenizer, 512, 64, sample=2000)
     sampled = count_batches(corpus, tokenizer, 512, 64, sample=200)
     assert abs(sampled - full) <= 0.2 * full, (sampled, full)
+
+
+def test_a_waiting_worker_names_tensorflows_chief(tmp_path, monkeypatch):
+    """Under a layout with a chief job (Kubeflow's TFJob), the run directory's writer is
+    chief:0, not worker 0: the worker that gave up waiting says which task to start."""
+    import json
+
+    from keras_transformer.settings.args import ConfigError
+    from keras_transformer.training.preparation import wait_for
+
+    cluster = {"chief": ["h:1"], "worker": ["h:2"]}
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": cluster, "task": {"type": "worker"}}))
+    with pytest.raises(ConfigError, match=r"start the chief \(TF_CONFIG task chief:0\)"):
+        wait_for(str(tmp_path / "config.json"), 0, str(tmp_path / "worker_0.gave_up"))

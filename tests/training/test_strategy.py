@@ -207,3 +207,23 @@ def test_multi_worker_collectives_ring_on_cpu_nccl_on_gpu(monkeypatch):
     assert communication_options().timeout_seconds is None
     monkeypatch.setattr(tf.config, "list_physical_devices", lambda kind=None: ["gpu0"])
     assert communication_options().implementation == implementation.NCCL
+
+
+def test_the_planned_replicas_come_from_tf_config_without_a_strategy(monkeypatch):
+    """--dry-run counts a multi-worker job's replicas from TF_CONFIG (one CPU per task here)
+    instead of building the strategy, which would wait for its peers."""
+    from keras_transformer.training.strategy import chief_task, planned_replicas
+
+    monkeypatch.setattr(
+        tf.distribute, "MultiWorkerMirroredStrategy", lambda **kw: pytest.fail("built")
+    )
+    cluster = {"chief": ["h:1"], "worker": ["h:2", "h:3"]}
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": cluster, "task": {"type": "worker"}}))
+    assert planned_replicas("multi_worker") == 3
+    assert chief_task() == "chief:0"
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": {"worker": ["h:2", "h:3"]}}))
+    assert planned_replicas("multi_worker") == 2
+    assert chief_task() == "worker:0"
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"task": {"type": "worker", "index": 0}}))
+    with pytest.raises(StrategyError, match='TF_CONFIG has no "cluster"'):
+        planned_replicas("multi_worker")

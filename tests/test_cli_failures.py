@@ -552,7 +552,7 @@ def test_help_answers_before_tensorflow_loads(kind, target):
 
 
 FLAG_ERRORS = [
-    (("train.py", "--bogus", "1"), "train.py", ("unrecognized arguments: --bogus 1",)),
+    (("train.py", "--bogus", "1"), "train.py", ("unknown flag --bogus",)),
     (("train.py", "--preset", "huge"), "train.py", ("--preset", "'huge'")),
     (("-m", "keras_transformer.cli.train", "--train-steps", "x"), "kt-train", ("--train-steps",)),
     (("export.py", "--model-dir", "r"), "export.py", ("--export-dir",)),

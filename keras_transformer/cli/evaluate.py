@@ -62,6 +62,8 @@ def main(argv=None, prog: str = "kt-evaluate") -> int:
             raise EvaluationError(
                 f"{args.src} has {len(sources)} lines, {args.ref} has {len(references)} lines"
             )
+        if not sources:
+            raise EvaluationError(f"--src {args.src} is empty: no sentence to score")
         import_tensorflow(args.log_level)
         translate_fn, options = decoder(args, len(sources))
     except (KerasTransformerError, OSError) as err:

@@ -56,7 +56,8 @@ kt-train --config recipes/multi30k-small.yaml --dry-run            # the plan; w
 
 `--dry-run` resolves every setting and prints the plan (the corpora and the settings table
 that training prints), then exits 0: it reads the corpus sizes but trains no tokenizer,
-downloads nothing and writes nothing (not even the run directory). The settings counted in
+downloads nothing and writes nothing (not even the run directory). A corpus not at hand (not
+downloaded or prepared yet) is of unknown size: the plan of a large corpus, said so. The settings counted in
 batches of the corpus (steps per epoch, and the train steps, warmup, checkpoint and validation
 cadence derived from them) show `?` when they are automatic: they are counted with the
 tokenizer when training. A `--model-dir` that holds a run shows that run's saved settings.

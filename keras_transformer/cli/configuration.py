@@ -90,15 +90,13 @@ def kind_of(field: dataclasses.Field) -> str:
 
 
 def default_of(field: dataclasses.Field) -> str:
-    if field.name == "data_dir":
-        return "`$KT_DATA_DIR`"
+    """`default_text` (what --help shows), a literal value in backticks."""
+    from keras_transformer.settings.args import default_text
+
+    text = default_text(field)
     if field.metadata.get("auto"):
-        return f"automatic: {cell(field.metadata['auto'])}"
-    if field.default is None:
-        return "none"
-    if isinstance(field.default, bool):
-        return f"`{str(field.default).lower()}`"
-    return f"`{field.default}`"
+        return cell(text)
+    return "none" if text == "none" else f"`{text}`"
 
 
 def flags_table() -> list[str]:

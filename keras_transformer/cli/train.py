@@ -29,14 +29,15 @@ def build_parser(prog: str = "kt-train") -> argparse.ArgumentParser:
     import dataclasses
 
     from keras_transformer.cli.common import add_log_level_flag, add_version_flag
-    from keras_transformer.settings.args import TrainArgs, option
+    from keras_transformer.settings.args import TrainArgs, default_text, option
 
     parser = ArgumentParser(
         prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     for field in dataclasses.fields(TrainArgs):
         kind = str(field.type)
-        meta = dict(help=field.metadata["help"], default=argparse.SUPPRESS)
+        about = field.metadata["about"].replace("%", "%%")
+        meta = dict(help=f"{about} (default: {default_text(field)})", default=argparse.SUPPRESS)
         if kind == "bool":
             parser.add_argument(option(field.name), action=argparse.BooleanOptionalAction, **meta)
             continue

@@ -48,6 +48,8 @@ def test_importing_warns_when_pypis_keras_transformer_is_installed(tmp_path):
     assert "keras-transformer 0.40.0 is installed" in out.stderr
     assert "pip uninstall keras-transformer" in out.stderr
     assert "keras-transformer-nmt" in out.stderr
+    assert "pip install --force-reinstall -e ." in out.stderr  # not published: no PyPI name
+    assert "install keras-transformer-nmt" not in out.stderr
     # this project's own install from before the rename (it has the kt-* commands): no warning
     fake_distribution(
         tmp_path / "old", "keras_transformer-0.1.0.dist-info", "[console_scripts]\nkt-train = x\n"

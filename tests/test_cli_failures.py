@@ -651,6 +651,8 @@ def test_the_next_steps_that_kt_train_prints_run_as_printed(trained, tmp_path, m
         )
         assert out.returncode == 0, f"{line}\n{out.stderr[-3000:]}"
         outputs.append(out)
+    assert "  weights: 1 checkpoint (step 5) of " in outputs[0].stdout, outputs[0].stdout
+    assert "--average-last 5 asked for more: the run has 1" in outputs[0].stdout
     translations = (work / "translations.txt").read_text().splitlines()
     assert len(translations) == 12
     assert "were cut" not in outputs[1].stderr, outputs[1].stderr

@@ -254,7 +254,26 @@ def print_written(args, path: str) -> None:
     else:
         print(describe_export(path))
         print(f"  {os.path.join(args.export_dir, 'models.config')} (model {args.model_name!r})")
+    print(weights_line(args))
     print(agreement_line(path))
+
+
+def weights_line(args) -> str:
+    """Which checkpoints the export's weights come from (as `Run.load_model` chose them)."""
+    from keras_transformer.run_dir import Run, has_averages
+
+    paths = Run(args.model_dir).checkpoints(best=args.best)
+    if args.best:
+        return f"  weights: {paths[-1]} (best/: the best validation BLEU)"
+    used = paths[-args.average_last :]
+    steps = ", ".join(path.rsplit("-", 1)[-1] for path in used)
+    what = f"the mean of {len(used)} checkpoints" if len(used) > 1 else "1 checkpoint"
+    line = f"  weights: {what} (step {steps}) of {os.path.dirname(used[-1])}"
+    if not args.no_ema and any(has_averages(path) for path in used):
+        line += ", their moving averages (--ema-decay)"
+    if len(used) < args.average_last:
+        line += f"; --average-last {args.average_last} asked for more: the run has {len(used)}"
+    return line
 
 
 def check_format(args) -> None:

@@ -72,7 +72,10 @@ def test_a_recipe_files_dry_run_is_the_plan_of_its_flags(tmp_path, multi30k_dir)
 def test_a_dry_run_without_the_data_downloads_nothing_and_plans_for_a_large_corpus(tmp_path):
     """No data directory, an empty home and cache: the default (Multi30k) and the WMT recipe
     are previewed without downloading Multi30k or touching TFDS's folder, as the plan of a
-    corpus of unknown size (the large-corpus recipe), and nothing of ours is written."""
+    corpus of unknown size (the large-corpus recipe), and nothing of ours is written. Nor
+    does TensorFlow's C++ runtime log on stderr (no --log-level debug, no TF_CPP_MIN_LOG_LEVEL)."""
+    from keras_transformer.cli.common import RUNTIME_LOG
+
     home, cache = tmp_path / "home", tmp_path / "cache"
     home.mkdir()
     cache.mkdir()
@@ -84,6 +87,7 @@ def test_a_dry_run_without_the_data_downloads_nothing_and_plans_for_a_large_corp
     env = {k: v for k, v in os.environ.items() if k not in ("KT_DATA_DIR", "KT_OFFLINE")}
     env.update(PYTHONPATH=ROOT, HOME=str(home), XDG_CACHE_HOME=str(cache))
     env.pop("TFDS_DATA_DIR", None)
+    env.pop("TF_CPP_MIN_LOG_LEVEL", None)
     out = subprocess.run(
         [sys.executable, "-c", PROBE.format(runs=runs)],
         capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300,
@@ -98,3 +102,4 @@ def test_a_dry_run_without_the_data_downloads_nothing_and_plans_for_a_large_corp
     written = [str(p) for p in tmp_path.rglob("*")]
     assert not [p for p in written if "keras_transformer" in p or "tensorflow_datasets" in p]
     assert not (tmp_path / "run").exists()
+    assert not [line for line in out.stderr.splitlines() if RUNTIME_LOG.match(line)], out.stderr

@@ -17,8 +17,8 @@ import sys
 
 DISTRIBUTION = "keras-transformer-nmt"
 FIX = (
-    f"pip uninstall keras-transformer, then pip install --force-reinstall {DISTRIBUTION} "
-    "(or pip install -e . in a checkout)"
+    "pip uninstall keras-transformer, then, in your checkout of this project, pip install "
+    f"--force-reinstall -e . ({DISTRIBUTION} is not on PyPI)"
 )
 
 

@@ -21,6 +21,12 @@ setup(
     ),
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
+    license="Apache-2.0",  # LICENSE: TensorFlow's own licence
+    classifiers=[
+        "License :: OSI Approved :: Apache Software License",
+        "Programming Language :: Python :: 3",
+        "Topic :: Scientific/Engineering :: Artificial Intelligence",
+    ],
     python_requires=">=3.10,<3.13",
     packages=find_packages(include=["keras_transformer", "keras_transformer.*"]),
     # the console scripts' entry points: outside keras_transformer, so that a shadowing

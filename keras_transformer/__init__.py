@@ -7,8 +7,8 @@ nothing more), so that Keras knows every registered class: `keras.saving.load_mo
 `.keras` file finds `Transformer` and its layers. Otherwise touching any public name
 (e.g. `kt.Transformer`) registers them all.
 
-The distribution is `keras-transformer-nmt` (`pip install keras-transformer-nmt`, or `pip
-install -e .` in a checkout). PyPI's `keras-transformer` is an unrelated project that installs
+The distribution is `keras-transformer-nmt`, installed from a checkout (`pip install -e .`; it
+is not on PyPI). PyPI's `keras-transformer` is an unrelated project that installs
 this same import package: when it is installed too, importing warns
 (`keras_transformer_nmt.other_distribution`).
 """
@@ -78,8 +78,8 @@ def _warn_other_distribution() -> None:
             f"keras-transformer {other[0]} is installed ({other[1]}): an unrelated package that installs "
             "the same import package, keras_transformer, as keras-transformer-nmt (this one); "
             "each shadows files of the other. Remove it: pip uninstall keras-transformer, then "
-            "pip install --force-reinstall keras-transformer-nmt (or pip install -e . in a "
-            "checkout)",
+            "in your checkout of this project, pip install --force-reinstall -e . "
+            "(keras-transformer-nmt is not on PyPI)",
             stacklevel=3,
         )
 

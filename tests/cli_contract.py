@@ -12,20 +12,16 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
-import re
 import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+# TensorFlow's C++ runtime log lines are not a command's output (the commands drop those of its
+# import unless --log-level debug; a user's TF_CPP_MIN_LOG_LEVEL may show others)
+from keras_transformer.cli.common import RUNTIME_LOG
 
-# TensorFlow's C++ runtime logs in glog format at import (oneDNN, CUDA probing) before absl is
-# initialized, whatever TF_CPP_MIN_LOG_LEVEL says; those lines are not the command's output.
-RUNTIME_LOG = re.compile(
-    r"^([IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ \S+:\d+\]|[IWEF]0000 )"
-    r"|^WARNING: All log messages before absl::InitializeLog\(\) is called"
-)
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @dataclasses.dataclass(frozen=True)

@@ -4,12 +4,17 @@ no file of an earlier run changed (the contract in tests/cli_contract.py)."""
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import json
+import os
 import shutil
+import subprocess
+import sys
 
 import pytest
 
 from tests.cli_contract import (
+    ROOT,
     Case,
     assert_clean_failure,
     assert_unchanged,
@@ -483,6 +488,27 @@ CASES = [
         setup=export_before_the_vector_signatures,
     ),
     Case(
+        "evaluate-empty-files",
+        ("-m", "keras_transformer.cli.evaluate", "--model", "{export}",
+         "--src", "{tmp}/empty.txt", "--ref", "{tmp}/empty.txt"),
+        ("--src {tmp}/empty.txt is empty",),
+        setup=write("empty.txt", ""),
+    ),
+    Case(
+        "evaluate-empty-stdin-gz",
+        ("-m", "keras_transformer.cli.evaluate", "--model", "{export}", "--src", "-",
+         "--ref", "{tmp}/empty.txt"),
+        ("--src - is empty",),
+        setup=write("empty.txt", ""),
+        stdin=gzip.compress(b""),
+    ),
+    Case(
+        "translate-cut-gzip-on-stdin",
+        ("-m", "keras_transformer.cli.translate", "--model", "{export}"),
+        ("stdin is not a complete gzip file",),
+        stdin=gzip.compress(b"A dog.\n" * 50)[:25],
+    ),
+    Case(
         "score-line-counts-differ",
         ("-m", "keras_transformer.cli.score", "--model", "{export}",
          "--src", "{tmp}/in.txt", "--tgt", "{tmp}/prefix.txt"),
@@ -552,7 +578,7 @@ def test_help_answers_before_tensorflow_loads(kind, target):
 
 
 FLAG_ERRORS = [
-    (("train.py", "--bogus", "1"), "train.py", ("unrecognized arguments: --bogus 1",)),
+    (("train.py", "--bogus", "1"), "train.py", ("unknown flag --bogus",)),
     (("train.py", "--preset", "huge"), "train.py", ("--preset", "'huge'")),
     (("-m", "keras_transformer.cli.train", "--train-steps", "x"), "kt-train", ("--train-steps",)),
     (("export.py", "--model-dir", "r"), "export.py", ("--export-dir",)),
@@ -570,3 +596,64 @@ def test_flag_errors_are_one_line_pointing_to_help(argv, command, names):
     out = run_command(list(argv))
     line = assert_clean_failure(out, command, names)
     assert line.endswith(f"(see {command} --help)"), line
+
+
+def next_steps(run: str, data_dir: str) -> list[str]:
+    """The commands kt-train prints at the end of a Multi30k run in `run`, as printed."""
+    import types
+
+    import tensorflow as tf
+
+    from keras_transformer.run_dir import Run
+    from keras_transformer.settings.args import TrainSettings
+    from keras_transformer.training.summary import summarize
+
+    settings = TrainSettings(model_dir=run, data_dir=data_dir, train_steps=5)
+    model = types.SimpleNamespace(optimizer=types.SimpleNamespace(iterations=tf.constant(5)))
+    progress = types.SimpleNamespace(best=tf.constant(0.0), best_step=tf.constant(-1))
+    bleu = types.SimpleNamespace(progress=progress, stopped_early=False, last_bleu=None)
+    report = summarize(Run(run), settings, model, bleu)["report"]
+    return [line.strip() for line in report.splitlines() if line.startswith("  kt-")]
+
+
+@pytest.mark.slow
+def test_the_next_steps_that_kt_train_prints_run_as_printed(trained, tmp_path, multi30k_dir):
+    """The printed lines, run by a shell in a fresh directory with kt-* bound to this
+    checkout: the export, then the test set's translation from a gzip file on stdin (one
+    line out per line in, not the lines of its compressed bytes), then its BLEU."""
+    run, _ = trained
+    data = tmp_path / "data" / "multi30k"
+    data.mkdir(parents=True)
+    for lang in ("en", "de"):  # the test set's first 12 sentences
+        with gzip.open(os.path.join(multi30k_dir, f"test_2016_flickr.{lang}.gz"), "rb") as f:
+            head = b"".join(f.readlines()[:12])
+        (data / f"test_2016_flickr.{lang}.gz").write_bytes(gzip.compress(head))
+    steps = next_steps(run, str(data.parent))
+    export, best, translate, evaluate = steps
+    assert "--best" in best  # the run has no best/: the other way to export
+    assert translate.endswith("test_2016_flickr.en.gz > translations.txt"), translate
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in ("export", "translate", "evaluate"):
+        shim = bin_dir / f"kt-{name}"
+        shim.write_text(
+            f'#!/bin/sh\nexec "{sys.executable}" -m keras_transformer.cli.{name} "$@"\n'
+        )
+        shim.chmod(0o755)
+    work = tmp_path / "work"
+    work.mkdir()
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
+    outputs = []
+    for line in (export, translate, evaluate):
+        out = subprocess.run(
+            ["sh", "-c", line], cwd=work, env=env, capture_output=True, text=True, timeout=600
+        )
+        assert out.returncode == 0, f"{line}\n{out.stderr[-3000:]}"
+        outputs.append(out)
+    assert "  weights: 1 checkpoint (step 5) of " in outputs[0].stdout, outputs[0].stdout
+    assert "--average-last 5 asked for more: the run has 1" in outputs[0].stdout
+    translations = (work / "translations.txt").read_text().splitlines()
+    assert len(translations) == 12
+    assert "were cut" not in outputs[1].stderr, outputs[1].stderr
+    assert json.loads(outputs[2].stdout)["sentences"] == 12

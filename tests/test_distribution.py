@@ -48,6 +48,8 @@ def test_importing_warns_when_pypis_keras_transformer_is_installed(tmp_path):
     assert "keras-transformer 0.40.0 is installed" in out.stderr
     assert "pip uninstall keras-transformer" in out.stderr
     assert "keras-transformer-nmt" in out.stderr
+    assert "pip install --force-reinstall -e ." in out.stderr  # not published: no PyPI name
+    assert "install keras-transformer-nmt" not in out.stderr
     # this project's own install from before the rename (it has the kt-* commands): no warning
     fake_distribution(
         tmp_path / "old", "keras_transformer-0.1.0.dist-info", "[console_scripts]\nkt-train = x\n"
@@ -93,3 +95,18 @@ def test_a_command_says_so_when_the_other_packages_files_break_ours(tmp_path):
     assert out.returncode == 2 and len(lines) == 1, out.stderr
     assert "importing keras_transformer failed (ModuleNotFoundError" in lines[0]
     assert "keras-transformer 0.40.0" in lines[0] and "pip uninstall keras-transformer" in lines[0]
+
+
+def test_the_licence_is_apache_2_0_in_the_file_and_the_metadata():
+    with open(os.path.join(ROOT, "LICENSE"), encoding="utf-8") as handle:
+        text = handle.read()
+    assert "Apache License\n                           Version 2.0, January 2004" in text
+    assert text.startswith("Copyright 2026 The keras-transformer authors.")
+    assert "END OF TERMS AND CONDITIONS" in text
+    out = subprocess.run(
+        [sys.executable, "setup.py", "--license", "--classifiers"], capture_output=True,
+        text=True, cwd=ROOT,
+    )  # fmt: skip
+    lines = out.stdout.splitlines()
+    assert lines[0] == "Apache-2.0"
+    assert "License :: OSI Approved :: Apache Software License" in lines[1:]

@@ -4,13 +4,25 @@ logging setup (`--log-level`)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
+import difflib
 import logging
+import os
+import re
 import sys
+import tempfile
 
 SAMPLING_FLAGS = ("sample_topk", "sample_topp", "temperature", "seed")
 
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+# TensorFlow's C++ runtime logs in absl's format at import (oneDNN, CUDA probing), before absl
+# is initialized, whatever TF_CPP_MIN_LOG_LEVEL says; `import_tensorflow` keeps them off stderr.
+RUNTIME_LOG = re.compile(
+    r"^([IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ \S+:\d+\]|[IWEF]0000 )"
+    r"|^WARNING: All log messages before absl::InitializeLog\(\) is called"
+)
 
 
 def add_log_level_flag(parser: argparse.ArgumentParser, stream: str = "stdout") -> None:
@@ -27,6 +39,7 @@ def parse_data_command(parser: argparse.ArgumentParser, argv=None) -> argparse.N
     """Parse the flags of a command whose stdout is data (kt-translate, kt-evaluate,
     kt-score): adds `--log-level`, then logs to stderr prefixed with the command's name."""
     add_log_level_flag(parser, "stderr")
+    add_version_flag(parser)
     args = parser.parse_args(argv)
     setup_logging(args.log_level, sys.stderr, parser.prog)
     return args
@@ -50,6 +63,38 @@ class _Format(logging.Formatter):
         return f"{record.levelname}: {message}"
 
 
+@contextlib.contextmanager
+def runtime_log_dropped():
+    """Within: what is written to file descriptor 2 is held back, then written without the
+    lines of TensorFlow's C++ runtime log (`RUNTIME_LOG`); Python's warnings and errors are
+    kept, in order."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            held.seek(0)
+            lines = held.read().decode("utf-8", "replace").splitlines(keepends=True)
+            sys.stderr.write("".join(line for line in lines if not RUNTIME_LOG.match(line)))
+            sys.stderr.flush()
+
+
+def import_tensorflow(level: str) -> None:
+    """Import TensorFlow for a command whose --log-level is `level`, without its C++ log
+    lines unless `level` is DEBUG: TF_CPP_MIN_LOG_LEVEL 3 unless the user set it (an error
+    raises a Python exception anyway), and the runtime's lines at import dropped."""
+    if level == "DEBUG" or "tensorflow" in sys.modules:
+        return
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    with runtime_log_dropped():
+        import tensorflow  # noqa: F401
+
+
 def setup_logging(level: str = "INFO", stream=None, prog: str | None = None) -> logging.Logger:
     """The commands' logging, configured once per process: the `keras_transformer` loggers at
     `level` to `stream` (default stdout, where kt-train's and kt-export's progress messages
@@ -71,11 +116,49 @@ def setup_logging(level: str = "INFO", stream=None, prog: str | None = None) -> 
 class ArgumentParser(argparse.ArgumentParser):
     """argparse with the commands' failure contract: a flag error is one line on stderr,
     `<prog>: error: <message> (see <prog> --help)`, and exit status 2 (argparse itself
-    prints the whole usage first)."""
+    prints the whole usage first). Flags are never abbreviated (`--lr` is not `--lr-scale`,
+    fairseq's learning rate read as a multiplier); an unknown flag names the closest one."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def parse_args(self, args=None, namespace=None):
+        namespace, extras = self.parse_known_args(args, namespace)
+        if extras:
+            self.error(self.unknown(extras))
+        return namespace
+
+    def unknown(self, extras: list[str]) -> str:
+        """The message for arguments no flag takes: the first unknown flag and the closest
+        known one (a flag it begins, else difflib's nearest), or argparse's own words."""
+        flag = next((arg.split("=", 1)[0] for arg in extras if arg.startswith("--")), None)
+        if flag is None:
+            return f"unrecognized arguments: {' '.join(extras)}"
+        known = [name for action in self._actions for name in action.option_strings]
+        longer = [name for name in known if name.startswith(flag + "-")]
+        close = longer or difflib.get_close_matches(flag, known, n=1)
+        return f"unknown flag {flag}" + (f"; did you mean {close[0]}?" if close else "")
 
     def error(self, message: str):
         message = " ".join(message.split())  # argparse wraps long choice lists over lines
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def version_text(prog: str) -> str:
+    """`kt-train 0.2.0`: what `--version` prints."""
+    from keras_transformer import __version__
+
+    return f"{prog} {__version__}"
+
+
+def add_version_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=version_text(parser.prog),
+        help="print the version and exit",
+    )
 
 
 def add_decoding_flags(parser: argparse.ArgumentParser) -> None:

@@ -56,7 +56,8 @@ kt-train --config recipes/multi30k-small.yaml --dry-run            # the plan; w
 
 `--dry-run` resolves every setting and prints the plan (the corpora and the settings table
 that training prints), then exits 0: it reads the corpus sizes but trains no tokenizer,
-downloads nothing and writes nothing (not even the run directory). The settings counted in
+downloads nothing and writes nothing (not even the run directory). A corpus not at hand (not
+downloaded or prepared yet) is of unknown size: the plan of a large corpus, said so. The settings counted in
 batches of the corpus (steps per epoch, and the train steps, warmup, checkpoint and validation
 cadence derived from them) show `?` when they are automatic: they are counted with the
 tokenizer when training. A `--model-dir` that holds a run shows that run's saved settings.
@@ -89,15 +90,13 @@ def kind_of(field: dataclasses.Field) -> str:
 
 
 def default_of(field: dataclasses.Field) -> str:
-    if field.name == "data_dir":
-        return "`$KT_DATA_DIR`"
+    """`default_text` (what --help shows), a literal value in backticks."""
+    from keras_transformer.settings.args import default_text
+
+    text = default_text(field)
     if field.metadata.get("auto"):
-        return f"automatic: {cell(field.metadata['auto'])}"
-    if field.default is None:
-        return "none"
-    if isinstance(field.default, bool):
-        return f"`{str(field.default).lower()}`"
-    return f"`{field.default}`"
+        return cell(text)
+    return "none" if text == "none" else f"`{text}`"
 
 
 def flags_table() -> list[str]:

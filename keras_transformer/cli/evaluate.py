@@ -20,10 +20,9 @@ from keras_transformer.cli.common import (
     add_decoding_flags,
     decoder,
     flag_error,
+    import_tensorflow,
     parse_data_command,
 )
-
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
 def target_tokens(model_path: str, texts: list[str]) -> int | None:
@@ -63,6 +62,9 @@ def main(argv=None, prog: str = "kt-evaluate") -> int:
             raise EvaluationError(
                 f"{args.src} has {len(sources)} lines, {args.ref} has {len(references)} lines"
             )
+        if not sources:
+            raise EvaluationError(f"--src {args.src} is empty: no sentence to score")
+        import_tensorflow(args.log_level)
         translate_fn, options = decoder(args, len(sources))
     except (KerasTransformerError, OSError) as err:
         return flag_error(prog, err)

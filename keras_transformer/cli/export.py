@@ -20,10 +20,10 @@ from keras_transformer.cli.common import (
     ArgumentParser,
     add_log_level_flag,
     flag_error,
+    import_tensorflow,
     setup_logging,
+    version_text,
 )
-
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 # the library's defaults; keras_transformer.config imports no TensorFlow, so --help is quick
 from keras_transformer.config import (  # noqa: E402
@@ -41,6 +41,17 @@ QUANTIZATIONS = (
     "float32", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16",
     "bfloat16",
 )  # fmt: skip
+
+
+class VersionOrNumber(argparse.Action):
+    """`--version N` numbers the export (TF Serving's version directory, the flag's meaning
+    since 0.1.0); `--version` alone prints the program's version, as every command does."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if values is None:
+            print(version_text(parser.prog))
+            parser.exit(0)
+        setattr(namespace, self.dest, values)
 
 
 def parse_args(argv=None, prog: str = "kt-export") -> argparse.Namespace:
@@ -62,7 +73,15 @@ def _add_run_flags(group) -> None:
         "--export-dir", required=True, help="writes <export-dir>/<model-name>/<version>/"
     )
     group.add_argument("--model-name", default="transformer")
-    group.add_argument("--version", type=int, default=None, help="default: the next free version")
+    group.add_argument(
+        "--version",
+        type=int,
+        nargs="?",
+        action=VersionOrNumber,
+        default=None,
+        help="the export's version number (default: the next free one); without a number: "
+        "print kt-export's version and exit",
+    )
     group.add_argument(
         "--average-last",
         type=int,
@@ -160,6 +179,7 @@ def _add_format_flags(group) -> None:
 def main(argv=None, prog: str = "kt-export") -> int:
     args = parse_args(argv, prog)
     setup_logging(args.log_level)
+    import_tensorflow(args.log_level)
     from keras_transformer.errors import KerasTransformerError
     from keras_transformer.inference.export import export_run
 
@@ -234,7 +254,26 @@ def print_written(args, path: str) -> None:
     else:
         print(describe_export(path))
         print(f"  {os.path.join(args.export_dir, 'models.config')} (model {args.model_name!r})")
+    print(weights_line(args))
     print(agreement_line(path))
+
+
+def weights_line(args) -> str:
+    """Which checkpoints the export's weights come from (as `Run.load_model` chose them)."""
+    from keras_transformer.run_dir import Run, has_averages
+
+    paths = Run(args.model_dir).checkpoints(best=args.best)
+    if args.best:
+        return f"  weights: {paths[-1]} (best/: the best validation BLEU)"
+    used = paths[-args.average_last :]
+    steps = ", ".join(path.rsplit("-", 1)[-1] for path in used)
+    what = f"the mean of {len(used)} checkpoints" if len(used) > 1 else "1 checkpoint"
+    line = f"  weights: {what} (step {steps}) of {os.path.dirname(used[-1])}"
+    if not args.no_ema and any(has_averages(path) for path in used):
+        line += ", their moving averages (--ema-decay)"
+    if len(used) < args.average_last:
+        line += f"; --average-last {args.average_last} asked for more: the run has {len(used)}"
+    return line
 
 
 def check_format(args) -> None:

@@ -13,16 +13,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 
 from keras_transformer.cli.common import (
     ArgumentParser,
     flag_error,
+    import_tensorflow,
     parse_data_command,
 )
-
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
 def records(out, rows):
@@ -74,6 +72,7 @@ def main(argv=None, prog: str = "kt-score") -> int:
                 f"{args.src} has {len(sources)} lines, {args.tgt} has {len(targets)} lines; "
                 "give one translation per source line"
             )
+        import_tensorflow(args.log_level)
         score_fn = load_export(args.model, "score")
     except (KerasTransformerError, OSError) as err:
         return flag_error(prog, err)

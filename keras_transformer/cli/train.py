@@ -17,9 +17,6 @@ import sys
 
 from keras_transformer.cli.common import ArgumentParser
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-
 # Flags that say the same thing two ways (giving both is an error): one given on the command
 # line replaces the other from --config FILE.
 ALTERNATIVES = (("epochs", "train_steps"), ("init_checkpoint", "init_average_last"))
@@ -31,15 +28,16 @@ def build_parser(prog: str = "kt-train") -> argparse.ArgumentParser:
     parsed namespace (argparse.SUPPRESS), so a given flag wins even when it equals its default."""
     import dataclasses
 
-    from keras_transformer.cli.common import add_log_level_flag
-    from keras_transformer.settings.args import TrainArgs, option
+    from keras_transformer.cli.common import add_log_level_flag, add_version_flag
+    from keras_transformer.settings.args import TrainArgs, default_text, option
 
     parser = ArgumentParser(
         prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     for field in dataclasses.fields(TrainArgs):
         kind = str(field.type)
-        meta = dict(help=field.metadata["help"], default=argparse.SUPPRESS)
+        about = field.metadata["about"].replace("%", "%%")
+        meta = dict(help=f"{about} (default: {default_text(field)})", default=argparse.SUPPRESS)
         if kind == "bool":
             parser.add_argument(option(field.name), action=argparse.BooleanOptionalAction, **meta)
             continue
@@ -60,6 +58,7 @@ def build_parser(prog: str = "kt-train") -> argparse.ArgumentParser:
         "trains no tokenizer and writes nothing",
     )
     add_log_level_flag(parser)
+    add_version_flag(parser)
     return parser
 
 
@@ -111,7 +110,7 @@ def parse_args(argv=None, prog: str = "kt-train"):
 
 def main(argv=None, prog: str = "kt-train") -> int:
     # no TensorFlow yet: --help and flag errors answer at once
-    from keras_transformer.cli.common import setup_logging
+    from keras_transformer.cli.common import import_tensorflow, setup_logging
     from keras_transformer.config import ConfigError
     from keras_transformer.errors import KerasTransformerError
 
@@ -127,6 +126,7 @@ def main(argv=None, prog: str = "kt-train") -> int:
         from keras_transformer.files import check_writable_dir
 
         check_writable_dir(args.model_dir, "--model-dir")  # before the data and the tokenizer
+        import_tensorflow(command.log_level)
         from keras_transformer.training.strategy import configure_devices, split_cpu
 
         split_cpu(args.cpu_devices)  # before anything starts TensorFlow's runtime

@@ -13,7 +13,6 @@ chosen at export).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 from keras_transformer.cli.common import (
@@ -22,10 +21,9 @@ from keras_transformer.cli.common import (
     add_sampling_flags,
     decoder,
     flag_error,
+    import_tensorflow,
     parse_data_command,
 )
-
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
 def main(argv=None, prog: str = "kt-translate") -> int:
@@ -61,6 +59,7 @@ def main(argv=None, prog: str = "kt-translate") -> int:
                     f"--prefix-file {args.prefix_file} has {len(args.prefix)} lines, "
                     f"the input has {len(lines)}; give one prefix per line"
                 )
+        import_tensorflow(args.log_level)
         translate_fn, options = decoder(args, len(lines))
     except (KerasTransformerError, OSError) as err:
         return flag_error(prog, err)

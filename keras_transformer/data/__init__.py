@@ -9,6 +9,7 @@ from keras_transformer.data.pipeline import (
 )
 from keras_transformer.data.sources import (
     DataError,
+    DataMissing,
     ParallelText,
     load_parallel,
     read_parallel_files,
@@ -21,6 +22,7 @@ from keras_transformer.data.tokenizer import (
 
 __all__ = [
     "DataError",
+    "DataMissing",
     "ParallelText",
     "PipelineError",
     "PipelineStats",

@@ -29,6 +29,11 @@ class DataError(KerasTransformerError, ValueError):
     """Bad or missing input data; the message names the file, line or flag."""
 
 
+class DataMissing(DataError):
+    """The corpus is not where it is looked for (a file not found, Multi30k not downloaded,
+    a TFDS dataset not prepared): `kt-train --dry-run` plans without it."""
+
+
 @dataclasses.dataclass
 class ParallelText:
     """A dataset of (source, target) tf.string pairs and what was skipped to make it."""
@@ -144,7 +149,7 @@ def read_parallel_files(
     """
     for path in (source_path, target_path):
         if not os.path.isfile(path):
-            raise DataError(f"file not found: {path}")
+            raise DataMissing(f"file not found: {path}")
     bad: set[int] = set()
     empty: set[int] = set()
     bad_lines: dict[str, list[int]] = {}
@@ -270,12 +275,12 @@ def find_multi30k_file(
                 return path
     looked = ", ".join(folders)
     if data_dir:
-        raise DataError(
+        raise DataMissing(
             f"Multi30k file {name}(.gz) not found in: {looked} (--data-dir / {DATA_DIR_ENV}); "
             "nothing is downloaded when a data directory is given"
         )
     if not download or os.environ.get("KT_OFFLINE"):
-        raise DataError(f"Multi30k file {name}(.gz) not found in: {looked}")
+        raise DataMissing(f"Multi30k file {name}(.gz) not found in: {looked}")
     url = f"{MULTI30K_URL}/{name}.gz"
     target = os.path.join(cache, f"{name}.gz")
     os.makedirs(cache, exist_ok=True)
@@ -283,19 +288,22 @@ def find_multi30k_file(
         with urllib.request.urlopen(url, timeout=30) as response:
             write_atomic(target, response.read())  # a Multi30k file is at most a few MB
     except OSError as err:
-        raise DataError(
+        raise DataMissing(
             f"Multi30k file {name}(.gz) not found in: {looked}; and downloading {url} failed ({err}). "
             f"Put the files in a directory and pass --data-dir DIR or set {DATA_DIR_ENV}."
         ) from None
     return target
 
 
-def multi30k(split: str, src_lang: str, tgt_lang: str, data_dir: str | None = None) -> ParallelText:
+def multi30k(
+    split: str, src_lang: str, tgt_lang: str, data_dir: str | None = None, download: bool = True
+) -> ParallelText:
     """Multi30k task 1 (raw text) as parallel pairs in the given direction (the training
-    split in pieces, as `read_parallel_files` reads training files)."""
+    split in pieces, as `read_parallel_files` reads training files); `download`: see
+    `find_multi30k_file`."""
     return read_parallel_files(
-        find_multi30k_file(split, src_lang, data_dir),
-        find_multi30k_file(split, tgt_lang, data_dir),
+        find_multi30k_file(split, src_lang, data_dir, download),
+        find_multi30k_file(split, tgt_lang, data_dir, download),
         pieces=FILE_PIECES if split == "train" else 1,
     )
 
@@ -344,7 +352,7 @@ def tfds_builder(name: str, data_dir: str | None, *, download: bool = False):
     root = os.fspath(builder.data_dir_root)
     if not download:
         manual = os.path.join(root, "downloads", "manual")
-        raise DataError(
+        raise DataMissing(
             f"TFDS dataset {name} is not prepared in {root} (--data-dir): copy a prepared "
             f"{os.path.join(root, name.split('/')[0])} there (made where there is internet by "
             f"`tfds build {name} --data_dir DIR` or by --tfds-download), or pass --tfds-download "
@@ -455,10 +463,12 @@ def load_parallel(
     data_dir: str | None = None,
     files: tuple[str, str] | None = None,
     tfds_download: bool = False,
+    download: bool = True,
 ) -> ParallelText:
-    """Dispatch on `--dataset`: "multi30k", "files" (with `files`) or "tfds:NAME"."""
+    """Dispatch on `--dataset`: "multi30k", "files" (with `files`) or "tfds:NAME".
+    `download=False`: Multi30k is not downloaded to the cache either."""
     if dataset == "multi30k":
-        return multi30k(split, src_lang, tgt_lang, data_dir)
+        return multi30k(split, src_lang, tgt_lang, data_dir, download)
     if dataset == "files":
         if not files or not all(files):
             flags = (

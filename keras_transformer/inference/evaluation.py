@@ -22,21 +22,39 @@ class EvaluationError(KerasTransformerError, ValueError):
     """A missing export or mismatched input files; the message names the path."""
 
 
+GZIP_MAGIC = b"\x1f\x8b"
+
+
 def read_lines(path: str) -> list[str]:
-    """The lines of a plain or .gz UTF-8 file, or of stdin for "-" (invalid bytes replaced
-    by U+FFFD either way), without newlines.
+    """The lines of a plain or gzip UTF-8 file, or of stdin for "-" (invalid bytes replaced
+    by U+FFFD either way), without newlines. Gzip is recognized by its first two bytes, so
+    `kt-translate < test.en.gz` reads what `--input test.en.gz` reads.
 
     The rule training reads its files by (`tf.data.TextLineDataset`), for files and stdin
     alike: lines end at "\n" only, and every "\r" is dropped (a CRLF file reads as its LF
     twin; a stray "\r" never splits a line, so N lines in give N translations out).
     """
     if path == "-":
-        data = sys.stdin.buffer.read()
+        name, data = "stdin", sys.stdin.buffer.read()
     elif not os.path.isfile(path):
         raise EvaluationError(f"{path} not found")
     else:
-        with (gzip.open if path.endswith(".gz") else open)(path, "rb") as handle:
-            data = handle.read()
+        with open(path, "rb") as handle:
+            name, data = path, handle.read()
+    if data[:2] == GZIP_MAGIC:
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError) as err:
+            raise EvaluationError(f"{name} is not a complete gzip file ({err})") from None
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        logger.warning(
+            "%s is not UTF-8 text (an invalid byte at offset %d; such bytes read as U+FFFD): "
+            "give UTF-8 text, plain or gzip",
+            name,
+            err.start,
+        )
     return split_lines(data)
 
 

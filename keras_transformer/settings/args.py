@@ -33,13 +33,21 @@ DEFAULT_SPM_MODEL_TYPE = "bpe"
 def flag(default: Any = None, help: str = "", choices=None, auto: str = "") -> Any:  # noqa: A002
     """A field of `TrainArgs`: its default, help, choices and (for a None default resolved by
     the recipe) what the automatic value is; kt-train and docs/configuration.md show them."""
-    meta = {
-        "help": help + (f" (default: {auto})" if auto else ""),
-        "choices": choices,
-        "about": help,
-        "auto": auto,
-    }
+    meta = {"help": help, "choices": choices, "about": help, "auto": auto}
     return dataclasses.field(default=default, metadata=meta)
+
+
+def default_text(field: dataclasses.Field) -> str:
+    """A flag's default as `kt-train --help` and docs/configuration.md both show it."""
+    if field.name == "data_dir":
+        return "$KT_DATA_DIR"
+    if field.metadata.get("auto"):
+        return f"automatic: {field.metadata['auto']}"
+    if field.default is None:
+        return "none"
+    if isinstance(field.default, bool):
+        return str(field.default).lower()
+    return str(field.default)
 
 
 @dataclasses.dataclass
@@ -230,4 +238,12 @@ def describe(args: TrainSettings, given: TrainArgs, pending=()) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["ConfigError", "TrainArgs", "TrainSettings", "describe", "flag", "option"]
+__all__ = [
+    "ConfigError",
+    "TrainArgs",
+    "TrainSettings",
+    "default_text",
+    "describe",
+    "flag",
+    "option",
+]

@@ -42,9 +42,10 @@ from keras_transformer.training.strategy import chief_task
 logger = logging.getLogger(__name__)
 
 
-def load_data(plan: Plan):
+def load_data(plan: Plan, download: bool = True):
     """(train, validation) from the plan's corpora: train a ParallelText, or a MixedText of
-    several corpora; validation the first corpus's."""
+    several corpora; validation the first corpus's. `download=False`: nothing is downloaded
+    (Multi30k's cache; TFDS follows --tfds-download)."""
     args, corpora = plan.args, plan.corpora
 
     def load(kind: str, split: str, files):
@@ -56,6 +57,7 @@ def load_data(plan: Plan):
             data_dir=args.data_dir,
             files=files,
             tfds_download=args.tfds_download,
+            download=download,
         )
 
     train = [load(kind, "train", files) for kind, files in corpora.sources]
@@ -170,9 +172,12 @@ def planned_settings(run_dir: Run, args: TrainArgs, train, replicas: int = 1) ->
     """The settings `settle` would give, without training a tokenizer or writing anything
     (--dry-run): a resumed run's from its config.json; a new run's resolved from the corpus,
     with the settings counted in batches (`recipe.COUNTED`) left at None unless a fine-tuned
-    run's source tokenizer (--init-from) can count them."""
+    run's source tokenizer (--init-from) can count them. `train` None: a corpus not at hand,
+    of unknown size (the large-corpus recipe)."""
     if run_dir.exists:
         return resumed_settings(run_dir, args)
+    if train is None:
+        return resolve(args, num_pairs=None, batches_per_pass=None, replicas=replicas)
     counter = None
     if args.init_from is not None:
         source, args = Source.of(args)

@@ -17,7 +17,7 @@ import keras
 import tensorflow as tf
 
 from keras_transformer.config import TransformerConfig
-from keras_transformer.data import PipelineStats, make_batches, training_batches
+from keras_transformer.data import DataMissing, PipelineStats, make_batches, training_batches
 from keras_transformer.losses import LabelSmoothedCrossEntropy, MaskedAccuracy
 from keras_transformer.model import Transformer
 from keras_transformer.optimization import paper_optimizer
@@ -120,17 +120,27 @@ def train(plan: Plan) -> dict:
 
 def dry_run(plan: Plan) -> str:
     """The plan `train(plan)` would follow, as train shows it (the corpora and the settings
-    table), from the corpus sizes alone: no tokenizer trained, no TFDS download, nothing
-    written (not even --model-dir)."""
+    table), from the corpus sizes alone: no tokenizer trained, nothing downloaded (neither
+    Multi30k nor TFDS), nothing written (not even --model-dir). A corpus not at hand (not
+    downloaded or prepared yet) is of unknown size: the plan of a large corpus, said so."""
     args = plan.args
     # the replicas bound the automatic micro-batch; multi_worker's from TF_CONFIG (building
     # the strategy would wait for the peers)
     replicas = planned_replicas(args.strategy)
     local = dataclasses.replace(args, tfds_download=False)
-    train_data, valid = load_data(dataclasses.replace(plan, args=local))
+    try:
+        train_data, valid = load_data(dataclasses.replace(plan, args=local), download=False)
+        corpora = f"train: {train_data.report()}\nvalidation: {valid.report()}"
+    except DataMissing as err:
+        train_data = None
+        corpora = (
+            f"train: not at hand ({err})\n"
+            "corpus size unknown: the plan of a large corpus (1,000,000 pairs or more); "
+            "a smaller one gets the small-corpus recipe"
+        )
     settings = planned_settings(Run(args.model_dir), args, train_data, replicas)
     return (
-        f"train: {train_data.report()}\nvalidation: {valid.report()}\n"
+        f"{corpora}\n"
         f"settings (config.json):\n{describe(settings, args, pending=COUNTED)}\n"
         f"dry run: nothing trained, nothing written to {args.model_dir}"
     )

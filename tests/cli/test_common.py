@@ -90,3 +90,50 @@ def test_every_command_takes_log_level(command):
         env={**os.environ, "PYTHONPATH": ROOT},
     )  # fmt: skip
     assert bad.returncode == 2 and "--log-level: invalid choice: 'LOUD'" in bad.stderr
+
+
+def command(*argv: str) -> subprocess.CompletedProcess:
+    """`python *argv` from the checkout, text output."""
+    return subprocess.run(
+        [sys.executable, *argv], capture_output=True, text=True, cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": ROOT},
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_every_command_prints_its_version(name):
+    from keras_transformer import __version__
+
+    out = command("-m", f"keras_transformer.cli.{name}", "--version")
+    assert (out.returncode, out.stdout, out.stderr) == (0, f"kt-{name} {__version__}\n", "")
+
+
+def test_kt_export_version_with_a_number_still_numbers_the_export():
+    from keras_transformer.cli.export import parse_args
+
+    assert parse_args(["--model-dir", "r", "--export-dir", "e", "--version", "3"]).version == 3
+    assert parse_args(["--model-dir", "r", "--export-dir", "e"]).version is None
+
+
+# fairseq's and Marian's habits, and typos: argparse would take the first two for the flag
+# they begin (--lr 0.0005 as --lr-scale 0.0005, a 1,600x smaller learning rate)
+UNKNOWN_FLAGS = [
+    ("train", ("--lr", "0.0005"), "unknown flag --lr; did you mean --lr-scale?"),
+    ("train", ("--epoch", "3"), "unknown flag --epoch; did you mean --epochs?"),
+    ("train", ("--lable-smoothing=0.1",), "unknown flag --lable-smoothing; did you mean "
+     "--label-smoothing?"),
+    ("export", ("--model-dir", "r", "--export-dir", "e", "--average", "3"),
+     "unknown flag --average; did you mean --average-last?"),
+    ("export", ("--model-dir", "r", "--export-dir", "e", "--beam", "3"),
+     "unknown flag --beam; did you mean --beam-size?"),
+    ("translate", ("--model", "m", "--beam", "3"), "unknown flag --beam; did you mean "
+     "--beam-size?"),
+    ("score", ("--model", "m", "--src", "s", "--tgt", "t", "--zzz"), "unknown flag --zzz"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("name, argv, message", UNKNOWN_FLAGS, ids=[m for _, _, m in UNKNOWN_FLAGS])
+def test_flags_are_never_abbreviated_and_an_unknown_one_names_the_closest(name, argv, message):
+    out = command("-m", f"keras_transformer.cli.{name}", *argv)
+    assert out.returncode == 2, out.stderr
+    assert out.stderr == f"kt-{name}: error: {message} (see kt-{name} --help)\n"

@@ -96,3 +96,39 @@ def test_a_multi_worker_dry_run_answers_without_its_peers(tmp_path, multi30k_dir
     assert out.returncode == 0, out.stderr[-3000:]
     assert f"dry run: nothing trained, nothing written to {model_dir}" in out.stdout
     assert not os.path.exists(model_dir)
+
+
+def test_a_dry_run_without_the_data_downloads_nothing_and_plans_for_a_large_corpus(tmp_path):
+    """No data directory, an empty home and cache: the default (Multi30k) and the WMT recipe
+    are previewed without downloading Multi30k or touching TFDS's folder, as the plan of a
+    corpus of unknown size (the large-corpus recipe), and nothing of ours is written. Nor
+    does TensorFlow's C++ runtime log on stderr (no --log-level debug, no TF_CPP_MIN_LOG_LEVEL)."""
+    from keras_transformer.cli.common import RUNTIME_LOG
+
+    home, cache = tmp_path / "home", tmp_path / "cache"
+    home.mkdir()
+    cache.mkdir()
+    runs = [
+        ["--dry-run", "--model-dir", str(tmp_path / "run")],
+        ["--config", os.path.join(ROOT, "recipes", "wmt14-base.yaml"), "--dry-run",
+         "--model-dir", str(tmp_path / "run")],
+    ]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k not in ("KT_DATA_DIR", "KT_OFFLINE")}
+    env.update(PYTHONPATH=ROOT, HOME=str(home), XDG_CACHE_HOME=str(cache))
+    env.pop("TFDS_DATA_DIR", None)
+    env.pop("TF_CPP_MIN_LOG_LEVEL", None)
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE.format(runs=runs)],
+        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    multi30k, wmt = [part.strip() for part in out.stdout.split("=== EXIT")[1:]]
+    assert multi30k.startswith("0\ntrain: not at hand (Multi30k file train.en(.gz) not found")
+    assert wmt.startswith("0\ntrain: not at hand (TFDS dataset wmt14_translate/de-en is not")
+    for plan in (multi30k, wmt):
+        assert "\ncorpus size unknown: the plan of a large corpus" in plan
+        assert re.search(r"^  --vocab-size +37000", plan, re.MULTILINE), plan
+    written = [str(p) for p in tmp_path.rglob("*")]
+    assert not [p for p in written if "keras_transformer" in p or "tensorflow_datasets" in p]
+    assert not (tmp_path / "run").exists()
+    assert not [line for line in out.stderr.splitlines() if RUNTIME_LOG.match(line)], out.stderr

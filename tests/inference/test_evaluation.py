@@ -58,10 +58,11 @@ def test_translate_all_batches_by_length_and_restores_order():
         score(["a", "b"], ["a"])
 
 
-@pytest.mark.parametrize("where", ["file", "gz", "stdin"])
+@pytest.mark.parametrize("where", ["file", "gz", "stdin", "stdin-gz"])
 def test_read_lines_splits_on_newline_only_as_training_does(tmp_path, monkeypatch, where):
-    """A stray "\\r" never splits a line (2 lines in, 2 out), in files and on stdin, and the
-    lines equal what training reads from the same bytes (tf.data.TextLineDataset)."""
+    """A stray "\\r" never splits a line (2 lines in, 2 out), in files and on stdin, gzip or
+    not (`kt-translate < test.en.gz`), and the lines equal what training reads from the same
+    bytes (tf.data.TextLineDataset)."""
     import gzip
     import io
     import sys
@@ -73,8 +74,9 @@ def test_read_lines_splits_on_newline_only_as_training_does(tmp_path, monkeypatc
     data = b"A dog\rruns.\r\nA cat.\nlast \xff without newline"
     plain = tmp_path / "in.txt"
     plain.write_bytes(data)
-    if where == "stdin":
-        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
+    if where.startswith("stdin"):
+        given = gzip.compress(data) if where == "stdin-gz" else data
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(given)))
         path = "-"
     elif where == "gz":
         path = str(tmp_path / "in.txt.gz")
@@ -88,3 +90,22 @@ def test_read_lines_splits_on_newline_only_as_training_does(tmp_path, monkeypatc
         for line in tf.data.TextLineDataset(str(plain)).as_numpy_iterator()
     ]
     assert lines == training == ["A dogruns.", "A cat.", "last \ufffd without newline"]
+
+
+def test_read_lines_refuses_a_cut_gzip_stream_and_warns_of_bytes_not_utf8(
+    tmp_path, monkeypatch, caplog
+):
+    import gzip
+    import io
+    import sys
+
+    from keras_transformer.inference.evaluation import EvaluationError, read_lines
+
+    cut = gzip.compress(b"A dog.\n" * 100)[:30]
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(cut)))
+    with pytest.raises(EvaluationError, match="stdin is not a complete gzip file"):
+        read_lines("-")
+    (tmp_path / "latin1.txt").write_bytes("Ein Bär.\n".encode("latin-1"))
+    with caplog.at_level("WARNING", "keras_transformer"):
+        assert read_lines(str(tmp_path / "latin1.txt")) == ["Ein B\ufffdr."]
+    assert "latin1.txt is not UTF-8 text (an invalid byte at offset 5" in caplog.text

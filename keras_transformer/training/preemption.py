@@ -100,6 +100,7 @@ class PreemptionSave(keras.callbacks.Callback):
         self.cluster = _cluster(strategy)
         self.target: int | None = None  # save after this many batches
         self.received: int | None = None  # the first signal's number
+        self.followed: int | None = None  # the signal of the worker whose target this is
         self.signalled = threading.Event()
         self.closing = threading.Event()
         self.announced = False
@@ -120,7 +121,10 @@ class PreemptionSave(keras.callbacks.Callback):
 
     @property
     def signal_name(self) -> str:
-        return signal.Signals(self.received or signal.SIGTERM).name
+        return signal.Signals(self._signum()).name
+
+    def _signum(self) -> int:
+        return self.received or self.followed or signal.SIGTERM
 
     # -- signal and watcher (any thread) ----------------------------------------------------
 
@@ -154,7 +158,9 @@ class PreemptionSave(keras.callbacks.Callback):
                 return
         if value is None or value == _STOP:
             return
-        self.target = int(value)  # before the acknowledgement: see the module docstring
+        target, _, signum = value.partition(":")  # "batch:signal", the signalled worker's
+        self.followed = int(signum or signal.SIGTERM)
+        self.target = int(target)  # before the acknowledgement: see the module docstring
         self._context().set_config_key_value(f"{_KEY}_ack_{self.cluster[0]}", "1")
 
     # -- the main thread --------------------------------------------------------------------
@@ -195,7 +201,7 @@ class PreemptionSave(keras.callbacks.Callback):
             return
         context = self._context()
         try:
-            context.set_config_key_value(_KEY, str(target))
+            context.set_config_key_value(_KEY, f"{target}:{int(self._signum())}")
         except tf.errors.AlreadyExistsError:  # another worker was signalled first
             value = self._get(_KEY, self.ack_timeout)
             if value == _STOP:  # training is over anyway
@@ -219,7 +225,7 @@ class PreemptionSave(keras.callbacks.Callback):
 
     def _save_and_exit(self, position: int) -> None:
         path = self.save()
-        name, code = self.signal_name, EXIT_CODES[self.received or signal.SIGTERM]
+        name, code = self.signal_name, EXIT_CODES[self._signum()]
         message = (
             f"stopped by {name}: checkpoint {path} written after batch {position}; "
             f"exiting with status {code}, start the same command again to resume"

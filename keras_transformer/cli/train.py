@@ -142,6 +142,9 @@ def main(argv=None, prog: str = "kt-train") -> int:
     except KerasTransformerError as err:
         print(f"{prog}: error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C outside training steps (there: a checkpoint, 130)
+        print(f"{prog}: interrupted (SIGINT): nothing more saved", file=sys.stderr)
+        return 130
     return 0
 
 

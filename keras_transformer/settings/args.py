@@ -198,9 +198,9 @@ class TrainArgs:
     # -- clusters and devices (training.strategy, training.preemption) --
     collective_timeout: float | None = flag(
         None,
-        "--strategy multi_worker: seconds a collective may wait for a peer before the job "
-        "fails with DeadlineExceededError instead of hanging (TensorFlow starts a watch "
-        "thread per collective for it)",
+        "--strategy multi_worker: seconds without training progress (a batch, a validation "
+        "batch, an epoch boundary) before a task logs one line and exits with status 1 "
+        "instead of hanging on a dead peer; longer than one validation run on the chief",
         auto="no timeout",
     )
     gpu_memory_growth: bool = flag(

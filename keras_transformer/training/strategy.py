@@ -54,23 +54,20 @@ def configure_devices(*, memory_growth: bool = False, deterministic: bool = Fals
         tf.config.experimental.enable_tensor_float_32_execution(False)
 
 
-def communication_options(timeout_seconds: float | None = None):
+def communication_options():
     """The collectives of a multi-worker job: NCCL when this worker has GPUs, RING (gRPC)
-    otherwise (NCCL runs on GPUs only); `timeout_seconds` (None or 0: wait forever) makes a
-    collective that waits longer for a peer fail with DeadlineExceededError instead of
-    hanging the job (TensorFlow starts one watch thread per collective for it)."""
+    otherwise (NCCL runs on GPUs only). No per-collective timeout: TensorFlow starts a
+    sleeping thread per collective for the whole timeout (thousands of threads within
+    minutes); `--collective-timeout` is a progress watchdog instead (`training.watchdog`)."""
     implementation = tf.distribute.experimental.CommunicationImplementation
     gpus = tf.config.list_physical_devices("GPU")
     return tf.distribute.experimental.CommunicationOptions(
-        implementation=implementation.NCCL if gpus else implementation.RING,
-        timeout_seconds=timeout_seconds or None,
+        implementation=implementation.NCCL if gpus else implementation.RING
     )
 
 
-def make_strategy(name: str, collective_timeout: float | None = None) -> tf.distribute.Strategy:
-    """default | one_device | mirrored (all GPUs, else all logical CPUs) | multi_worker | tpu.
-
-    `collective_timeout`: seconds a multi-worker collective may wait for its peers."""
+def make_strategy(name: str) -> tf.distribute.Strategy:
+    """default | one_device | mirrored (all GPUs, else all logical CPUs) | multi_worker | tpu."""
     if name not in STRATEGIES:
         raise StrategyError(f"unknown --strategy {name!r}; choose from {', '.join(STRATEGIES)}")
     if name == "default":
@@ -78,7 +75,7 @@ def make_strategy(name: str, collective_timeout: float | None = None) -> tf.dist
     if name == "multi_worker":  # before anything that starts the runtime (collectives)
         tf_config()
         return tf.distribute.MultiWorkerMirroredStrategy(
-            communication_options=communication_options(collective_timeout)
+            communication_options=communication_options()
         )
     gpus = tf.config.list_logical_devices("GPU")
     if name == "one_device":

@@ -43,6 +43,7 @@ from keras_transformer.training.strategy import (
     set_precision,
 )
 from keras_transformer.training.summary import summarize
+from keras_transformer.training.watchdog import ProgressWatchdog
 
 logger = logging.getLogger(__name__)
 
@@ -63,9 +64,9 @@ class Job:
         return self.task is None
 
     @classmethod
-    def start(cls, model_dir: str, strategy_name: str, collective_timeout=None) -> Job:
+    def start(cls, model_dir: str, strategy_name: str) -> Job:
         # first: collective ops are set up at startup
-        strategy = make_strategy(strategy_name, collective_timeout)
+        strategy = make_strategy(strategy_name)
         task = None if is_chief(strategy) else _task_id(strategy)
         return cls(strategy, task, Run(model_dir))
 
@@ -73,7 +74,7 @@ class Job:
 def train(plan: Plan) -> dict:
     """Train (or resume) the run in `plan.args.model_dir`; returns a summary dict."""
     args = plan.args
-    job = Job.start(args.model_dir, args.strategy, args.collective_timeout)
+    job = Job.start(args.model_dir, args.strategy)
     keras.utils.set_random_seed(args.seed)  # before any tokenizer: it clears the kernel cache
     train_data, valid = load_data(plan)
     logger.info("train: %s\nvalidation: %s", train_data.report(), valid.report())
@@ -113,7 +114,9 @@ def train(plan: Plan) -> dict:
     try:
         fit_to_step(model, data_from, valid_batches, callbacks, settings)
     finally:
-        callbacks[-1].close()  # the PreemptionSave
+        for callback in callbacks:  # the PreemptionSave, the ProgressWatchdog
+            if isinstance(callback, (PreemptionSave, ProgressWatchdog)):
+                callback.close()
     report_dropped(stats, settings)
     return summarize(job.shared, settings, model, bleu)
 
@@ -352,7 +355,11 @@ def make_callbacks(settings, manager, model, guard, evaluation: list, job: Job) 
     SIGTERM to any worker, every worker stops at the same batch, the chief saves there."""
     state = cb.StepState(model)
     checkpoints = cb.CheckpointEvery(manager, state, settings.checkpoint_every, guard, job.chief)
+    timeout = settings.collective_timeout
+    multi_worker = isinstance(job.strategy, tf.distribute.MultiWorkerMirroredStrategy)
+    watchdog = [ProgressWatchdog(timeout)] if timeout and multi_worker else []
     return [
+        *watchdog,  # --collective-timeout: no progress for that long ends the process
         guard,
         *evaluation,
         *cb.kill_switch(state),  # tests only ($KT_KILL_AT)

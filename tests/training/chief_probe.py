@@ -10,7 +10,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 from keras_transformer.training.strategy import is_chief, make_strategy  # noqa: E402
 
-strategy = make_strategy("multi_worker", collective_timeout=60)
+strategy = make_strategy("multi_worker")
 task = json.loads(os.environ["TF_CONFIG"])["task"]
 print(json.dumps({"task": f"{task['type']}:{task['index']}", "chief": is_chief(strategy)}))
 sys.stdout.flush()

@@ -1,0 +1,53 @@
+"""The scheduler's ordinary events against local worker processes (slow: a few tiny jobs).
+
+Each case is bounded in time and asserts its outcome; `benchmarks/cluster_faults.py` runs
+them and prints a JSON table (case, outcome, seconds)."""
+
+import os
+import signal
+import time
+
+import psutil
+import pytest
+
+from keras_transformer.run_dir import Run
+from tests.training.test_cluster import finish, start_job, wait_for_step
+from tests.training.test_trainer import train_cmd
+
+JOB = ["--strategy", "multi_worker", "--checkpoint-every", "1000", "--eval-every", "100000",
+       "--log-every", "1", "--warmup-steps", "10", "--eval-sentences", "4"]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_the_collective_timeout_keeps_the_thread_count_flat(tmp_path, multi30k_dir):
+    """Two local workers with --collective-timeout 600: a worker's thread count after 150
+    steps is within a few threads of its count after 20 (TensorFlow's per-collective
+    timeout added about 22 threads a step a worker)."""
+    steps = ["--train-steps", "150", "--steps-per-epoch", "150", "--collective-timeout", "600"]
+    tasks = start_job(("worker", "worker"), train_cmd(tmp_path / "job", multi30k_dir, *JOB, *steps))
+    try:
+        wait_for_step(tmp_path / "job", 20, tasks, timeout=300)
+        worker = psutil.Process(tasks[1][1].pid)
+        early = worker.num_threads()
+        wait_for_step(tmp_path / "job", 140, tasks, timeout=300)
+        late = worker.num_threads()
+    finally:
+        outputs = finish(tasks, timeout=300)
+    assert late - early <= 8, (early, late)
+    assert "training ended at step 150 of 150" in outputs["worker:0"]
+
+
+@pytest.mark.slow
+def test_sigint_to_one_worker_saves_everywhere_and_exits_130(tmp_path, multi30k_dir):
+    """Ctrl-C (SIGINT) to worker 1 of two: both stop after the same batch, the chief saves
+    there, both exit 130 within the bound, no traceback."""
+    steps = ["--train-steps", "400", "--steps-per-epoch", "400"]
+    tasks = start_job(("worker", "worker"), train_cmd(tmp_path / "job", multi30k_dir, *JOB, *steps))
+    wait_for_step(tmp_path / "job", 3, tasks, timeout=300)
+    start = time.time()
+    tasks[1][1].send_signal(signal.SIGINT)
+    outputs = finish(tasks, timeout=120, codes=(130,))
+    assert time.time() - start < 120
+    saved = Run(str(tmp_path / "job")).checkpoints()
+    assert len(saved) == 1 and all("stopped by SIGINT" in out for out in outputs.values())
+    assert not [p for p in os.listdir(tmp_path / "job") if p.startswith("worker")]

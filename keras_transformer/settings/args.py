@@ -83,8 +83,11 @@ class TrainArgs:
     worker_wait: int = flag(
         WORKER_WAIT_SECONDS, "seconds a non-chief worker waits for the chief's config.json"
     )
-    cpu_devices: int = flag(
-        1, "split the CPU into N logical devices (multi-device paths without GPUs)"
+    cpu_devices: int | None = flag(
+        None,
+        "split the CPU into N logical devices (multi-device paths without GPUs); given, "
+        "it also says the run is meant for the CPU (mixed_float16 without a GPU is allowed)",
+        auto="1",
     )
     precision: str | None = flag(None, "dtype policy", PRECISIONS, auto="float32")
     initial_loss_scale: float | None = flag(

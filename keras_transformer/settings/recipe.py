@@ -59,6 +59,7 @@ def resolve(
     out = TrainSettings(**dataclasses.asdict(args))
     out.preset = args.preset or DEFAULT_PRESET
     out.spm_model_type = args.spm_model_type or DEFAULT_SPM_MODEL_TYPE
+    out.cpu_devices = args.cpu_devices or 1
     out.vocab_size = args.vocab_size or (37000 if large else 8000)
     split_update(out, PAPER_UPDATE_TOKENS if large else SMALL_UPDATE_TOKENS, replicas)
     _resolve_schedule(out, args, large, batches_per_pass)

@@ -35,7 +35,13 @@ from keras_transformer.training.preparation import (
 )
 from keras_transformer.settings.recipe import COUNTED
 from keras_transformer.training.step import TrainingModel
-from keras_transformer.training.strategy import is_chief, make_strategy, set_precision
+from keras_transformer.training.strategy import (
+    check_devices,
+    device_report,
+    is_chief,
+    make_strategy,
+    set_precision,
+)
 from keras_transformer.training.summary import summarize
 
 logger = logging.getLogger(__name__)
@@ -68,11 +74,15 @@ def train(plan: Plan) -> dict:
     """Train (or resume) the run in `plan.args.model_dir`; returns a summary dict."""
     args = plan.args
     job = Job.start(args.model_dir, args.strategy, args.collective_timeout)
+    logger.info("%s", device_report(job.strategy))
+    if not job.shared.exists:  # a resumed run's precision is checked once read back
+        check_devices(args.precision, args.cpu_devices)
     keras.utils.set_random_seed(args.seed)  # before any tokenizer: it clears the kernel cache
     train_data, valid = load_data(plan)
     logger.info("train: %s\nvalidation: %s", train_data.report(), valid.report())
     replicas = job.strategy.num_replicas_in_sync
     settings, tokenizer = settle(job.shared, args, train_data, job.task, replicas)
+    check_devices(settings.precision, args.cpu_devices)
     logger.info("settings (config.json):\n%s", describe(settings, args))
     check_tag_symbol(tokenizer, settings)
     set_precision(settings.precision)
@@ -117,6 +127,8 @@ def dry_run(plan: Plan) -> str:
     written (not even --model-dir)."""
     args = plan.args
     strategy = make_strategy(args.strategy)  # the replicas bound the automatic micro-batch
+    logger.info("%s", device_report(strategy))
+    check_devices(args.precision, args.cpu_devices)
     local = dataclasses.replace(args, tfds_download=False)
     train_data, valid = load_data(dataclasses.replace(plan, args=local))
     replicas = strategy.num_replicas_in_sync

@@ -114,6 +114,12 @@ class TrainArgs:
         auto="the fewest that divide the recipe's update into micro-batches within "
         "--micro-batch-memory; 1 when --batch-tokens is given",
     )
+    tokens_per_replica: int | None = flag(
+        None,
+        "padded tokens per replica per micro-batch (fairseq's --max-tokens): sets "
+        "--batch-tokens to N x replicas, and --accum-steps to 1 unless given",
+        auto="the recipe's update shared by the replicas",
+    )
     micro_batch_memory: float | None = flag(
         None,
         "GiB per replica that one micro-batch's training step may keep (estimated from the "

@@ -33,7 +33,7 @@ from keras_transformer.training.preparation import (
     settle,
     subword_sampler,
 )
-from keras_transformer.settings.recipe import COUNTED
+from keras_transformer.settings.recipe import COUNTED, replica_tokens
 from keras_transformer.training.step import TrainingModel
 from keras_transformer.training.strategy import (
     check_devices,
@@ -84,6 +84,7 @@ def train(plan: Plan) -> dict:
     settings, tokenizer = settle(job.shared, args, train_data, job.task, replicas)
     check_devices(settings.precision, args.cpu_devices)
     logger.info("settings (config.json):\n%s", describe(settings, args))
+    log_replica_tokens(settings, replicas)
     check_tag_symbol(tokenizer, settings)
     set_precision(settings.precision)
 
@@ -136,8 +137,18 @@ def dry_run(plan: Plan) -> str:
     return (
         f"train: {train_data.report()}\nvalidation: {valid.report()}\n"
         f"settings (config.json):\n{describe(settings, args, pending=COUNTED)}\n"
+        f"{log_replica_tokens(settings, replicas)}\n"
         f"dry run: nothing trained, nothing written to {args.model_dir}"
     )
+
+
+def log_replica_tokens(settings: TrainSettings, replicas: int) -> str:
+    """Log the tokens per replica (a warning below the floor); returns the line."""
+    line, warning = replica_tokens(settings, replicas)
+    logger.info("%s", line)
+    if warning:
+        logger.warning("%s", warning)
+    return line
 
 
 # -- stages ---------------------------------------------------------------------------------

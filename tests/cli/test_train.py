@@ -61,6 +61,7 @@ def test_a_recipe_files_dry_run_is_the_plan_of_its_flags(tmp_path, multi30k_dir)
     assert from_file == from_flags
     # the default plan: the same values, marked as automatic where no flag set them
     assert "--vocab-size         8000  (auto)" in default
+    assert "tokens per replica: 4096 per micro-batch, 4096 per update" in default
 
     def unmarked(plan):
         return re.sub(r"  \(auto\)$", "", plan, flags=re.MULTILINE)

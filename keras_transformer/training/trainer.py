@@ -109,7 +109,7 @@ def train(plan: Plan) -> dict:
 
     stats = PipelineStats()
     subword = subword_sampler(tokenizer, settings.subword_alpha)  # training sentences only
-    data_from = training_stream(train_data, tokenizer, settings, stats, subword)
+    data_from = training_stream(train_data, tokenizer, settings, stats, subword, replicas)
     if model.replica_next is not None:  # multi-worker: each worker reads its own share
         data_from = worker_streams(job.strategy, model, data_from)
     valid_batches = validation_batches(valid, tokenizer, settings)
@@ -206,13 +206,16 @@ def validation_batches(valid, tokenizer, settings: TrainSettings) -> tf.data.Dat
     return batches.apply(tf.data.experimental.assert_cardinality(count))
 
 
-def training_stream(train_data, tokenizer, settings: TrainSettings, stats, subword):
+def training_stream(train_data, tokenizer, settings: TrainSettings, stats, subword, split=1):
     """`data_from(start)`: the training batches from stream position `start`, position-tagged.
 
     `data_from(start, shard=(index, count), replicas=n)`: one worker's stream of its share of
-    the pairs, in batches of 1/n of the token budget (one replica's)."""
+    the pairs, in batches of 1/n of the token budget (one replica's).
+    With --jit-compile, a bucket's batches all have its row count, divisible by the rows'
+    split: `split` replicas (one stream's batches split between them) x --accum-steps."""
 
     def data_from(start: int, shard=None, replicas: int = 1) -> tf.data.Dataset:
+        static = settings.accum_steps * (split if shard is None else 1)
         return training_batches(
             train_data,
             tokenizer,
@@ -224,6 +227,7 @@ def training_stream(train_data, tokenizer, settings: TrainSettings, stats, subwo
             positions=True,  # TrainingModel keeps the stream position of the next batch
             subword=subword,
             shard=shard,
+            static_rows=static if settings.jit_compile else None,
         )
 
     return data_from

@@ -87,10 +87,7 @@ def make_strategy(name: str, collective_timeout: float | None = None) -> tf.dist
     if name == "multi_worker":  # before anything that starts the runtime (collectives)
         if "TF_CONFIG" not in os.environ:
             raise StrategyError("--strategy multi_worker needs the TF_CONFIG environment variable")
-        try:
-            json.loads(os.environ["TF_CONFIG"])
-        except json.JSONDecodeError as err:
-            raise StrategyError(f"TF_CONFIG is not valid JSON: {err}") from None
+        job_task(os.environ["TF_CONFIG"])
         return tf.distribute.MultiWorkerMirroredStrategy(
             communication_options=communication_options(collective_timeout)
         )
@@ -109,6 +106,31 @@ def make_strategy(name: str, collective_timeout: float | None = None) -> tf.dist
     tf.config.experimental_connect_to_cluster(resolver)
     tf.tpu.experimental.initialize_tpu_system(resolver)
     return tf.distribute.TPUStrategy(resolver)
+
+
+def job_task(tf_config: str) -> dict:
+    """This task's place in a multi-worker job, from TF_CONFIG (StrategyError when it cannot
+    be): {"type", "index", "chief" (TensorFlow's own rule: the task of type "chief", else
+    worker 0), "tasks" (every task of the job)}. Kubeflow's TFJob writes it for every pod."""
+    from tensorflow.python.distribute import multi_worker_util
+
+    try:
+        config = json.loads(tf_config)
+    except json.JSONDecodeError as err:
+        raise StrategyError(f"TF_CONFIG is not valid JSON: {err}") from None
+    cluster, task = config.get("cluster"), config.get("task") or {}
+    kind, index = task.get("type"), task.get("index", 0)
+    if not isinstance(cluster, dict) or kind not in cluster or not 0 <= index < len(cluster[kind]):
+        raise StrategyError(
+            f"TF_CONFIG: task {kind!r} {index!r} is not in its cluster {sorted(cluster or {})}"
+        )
+    spec = tf.train.ClusterSpec(cluster)
+    return {
+        "type": kind,
+        "index": index,
+        "chief": multi_worker_util.is_chief(spec, kind, index),
+        "tasks": sum(len(addresses) for addresses in cluster.values()),
+    }
 
 
 def is_chief(strategy: tf.distribute.Strategy) -> bool:

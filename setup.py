@@ -55,6 +55,7 @@ setup(
         "test": ["pytest>=8", "pytest-xdist>=3", "psutil>=5.9", "ruff>=0.6", "ctranslate2>=4.5,<5"],
         "notebooks": ["jupyter", "nbclient>=0.10", "nbformat>=5", "ipykernel", "matplotlib>=3.8"],
         "serving": ["requests>=2.31"],
+        "gpu": ["tensorflow[and-cuda]>=2.21,<2.22"],  # CUDA 12 and cuDNN 9 wheels: docs/gpu.md
         # the reference decoder of benchmarks/bench_decode.py and bench_real.py; the package
         # never imports it
         "bench": ["ctranslate2>=4.5,<5"],

@@ -129,7 +129,7 @@ def main(argv=None, prog: str = "kt-train") -> int:
         import_tensorflow(command.log_level)
         from keras_transformer.training.strategy import configure_devices, split_cpu
 
-        split_cpu(args.cpu_devices)  # before anything starts TensorFlow's runtime
+        split_cpu(args.cpu_devices or 1)  # before anything starts TensorFlow's runtime
         configure_devices(memory_growth=args.gpu_memory_growth, deterministic=args.deterministic)
         if command.dry_run:
             from keras_transformer.training.trainer import dry_run

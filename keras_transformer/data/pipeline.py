@@ -110,6 +110,7 @@ def make_batches(
     epoch: int | tf.Tensor | None = None,
     prefetch: bool = True,
     subword=None,
+    static_rows: int | None = None,
 ) -> tf.data.Dataset:
     """Token-budget batches: every batch has rows x padded length <= `batch_tokens`.
 
@@ -124,6 +125,12 @@ def make_batches(
 
     `subword` (a `data.subword.SubwordSampler`, training only) samples every sentence's
     segmentation, from (`seed`, `epoch`) and the sentence's place in `pairs`.
+
+    `static_rows` m (kt-train --jit-compile: replicas x accumulation steps): every batch of
+    a bucket has the bucket's row count, its budget's rows rounded down to a multiple of m
+    (at least m); a bucket's last, partial batch is filled with padding rows (all pad ids:
+    no tokens, so no loss and no gradient). A pass then has at most one shape per bucket,
+    which XLA compiles once. None (the default) leaves the batches as they were.
     """
     check_batch_settings(batch_tokens, max_length)
     boundaries = boundaries or bucket_boundaries(max_length)
@@ -144,7 +151,7 @@ def make_batches(
         data = data.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
     elif shuffle:
         data = _shuffle_with_seed(data, shuffle_buffer, epoch_seed(seed, epoch))
-    data = _bucket(data, boundaries, batch_tokens)
+    data = _bucket(data, boundaries, batch_tokens, static_rows)
     data = data.map(lambda src, tgt_in, tgt_out: ((src, tgt_in), tgt_out))
     return data.prefetch(tf.data.AUTOTUNE) if prefetch else data
 
@@ -157,17 +164,35 @@ def _subword_seed(seed: int, epoch: int | tf.Tensor | None) -> tf.Tensor:
     )
 
 
-def _bucket(data: tf.data.Dataset, boundaries: list[int], batch_tokens: int) -> tf.data.Dataset:
-    """(src, tgt_in, tgt_out) rows -> batches of <= `batch_tokens`, padded to the boundary."""
+def _bucket(
+    data: tf.data.Dataset, boundaries: list[int], batch_tokens: int, static_rows=None
+) -> tf.data.Dataset:
+    """(src, tgt_in, tgt_out) rows -> batches of <= `batch_tokens`, padded to the boundary
+    (with `static_rows`: every batch of a bucket padded to its rows, see `make_batches`)."""
+    sizes = [max(1, batch_tokens // b) for b in boundaries]
+    if static_rows:
+        sizes = [max(static_rows, size // static_rows * static_rows) for size in sizes]
     # bucket_by_sequence_length pads to (boundary - 1), so shift the boundaries by one
-    return data.bucket_by_sequence_length(
+    data = data.bucket_by_sequence_length(
         element_length_func=lambda src, tgt_in, tgt_out: tf.maximum(tf.size(src), tf.size(tgt_in)),
         bucket_boundaries=[b + 1 for b in boundaries],
-        bucket_batch_sizes=[max(1, batch_tokens // b) for b in boundaries] + [1],
+        bucket_batch_sizes=sizes + [1],
         padded_shapes=([None], [None], [None]),
         padding_values=(0, 0, 0),
         pad_to_bucket_boundary=True,
     )
+    if not static_rows:
+        return data
+    rows_of_length = [0] * (max(boundaries) + 1)  # a bucket's padded length -> its rows
+    for boundary, size in zip(boundaries, sizes):
+        rows_of_length[boundary] = size
+    rows_of_length = tf.constant(rows_of_length, tf.int32)
+
+    def fill(*batch):  # every tensor is (rows, the bucket's length)
+        rows = rows_of_length[tf.shape(batch[0])[1]]
+        return tuple(tf.pad(t, [[0, rows - tf.shape(t)[0]], [0, 0]]) for t in batch)
+
+    return data.map(fill)
 
 
 def epoch_seed(seed: int, epoch: int | tf.Tensor) -> tf.Tensor:

@@ -91,8 +91,11 @@ class TrainArgs:
     worker_wait: int = flag(
         WORKER_WAIT_SECONDS, "seconds a non-chief worker waits for the chief's config.json"
     )
-    cpu_devices: int = flag(
-        1, "split the CPU into N logical devices (multi-device paths without GPUs)"
+    cpu_devices: int | None = flag(
+        None,
+        "split the CPU into N logical devices (multi-device paths without GPUs); given, "
+        "it also says the run is meant for the CPU (mixed_float16 without a GPU is allowed)",
+        auto="1",
     )
     precision: str | None = flag(None, "dtype policy", PRECISIONS, auto="float32")
     initial_loss_scale: float | None = flag(
@@ -118,6 +121,12 @@ class TrainArgs:
         "micro-batches per update (the same update as one k-times larger batch)",
         auto="the fewest that divide the recipe's update into micro-batches within "
         "--micro-batch-memory; 1 when --batch-tokens is given",
+    )
+    tokens_per_replica: int | None = flag(
+        None,
+        "padded tokens per replica per micro-batch (fairseq's --max-tokens): sets "
+        "--batch-tokens to N x replicas, and --accum-steps to 1 unless given",
+        auto="the recipe's update shared by the replicas",
     )
     micro_batch_memory: float | None = flag(
         None,

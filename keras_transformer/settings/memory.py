@@ -6,9 +6,12 @@ training step keeps at most `--micro-batch-memory` GiB per replica (`settings.re
 
 from __future__ import annotations
 
+import logging
 import math
 
 from keras_transformer.config import PRESETS
+
+logger = logging.getLogger(__name__)
 
 # The automatic micro-batch bound without a GPU to measure: the GiB one replica's training
 # step on one micro-batch may keep (a quarter of a 16 GB GPU such as the paper's P100s, whose
@@ -19,32 +22,69 @@ MICRO_BATCH_MEMORY_GIB = 4.0
 DEVICE_MEMORY_SHARE = 0.25
 
 
-def device_memory_gib() -> float | None:
-    """GiB that TensorFlow's allocator may use on the smallest local GPU (its
-    `memory_limit`: the card's memory less what the driver and TF reserve), or None without
-    a GPU or when it cannot be read. Call after the strategy is made (GPUs initialized)."""
+def device_memory_gib(gpus=None, total_mib=None) -> float | None:
+    """GiB of the smallest local GPU, or None without a GPU or when it cannot be read.
+
+    Read through public interfaces only: a GPU split or capped by the user
+    (`tf.config.set_logical_device_configuration(gpu, [...(memory_limit=MiB)])`) counts its
+    limit, read back with `tf.config.get_logical_device_configuration`; otherwise the card's
+    memory as the driver reports it (`total_mib(index)`, default `nvidia-smi
+    --query-gpu=memory.total`). TensorFlow's public device queries give no total
+    (`tf.config.experimental.get_memory_info` returns only the current and peak use,
+    `get_device_details` the name and compute capability). `gpus` and `total_mib` are
+    injectable (tests); call after the strategy is made."""
     import tensorflow as tf
 
-    if not tf.config.list_physical_devices("GPU"):
+    gpus = tf.config.list_physical_devices("GPU") if gpus is None else gpus
+    if not gpus:
         return None
-    try:
-        from tensorflow.python.client import device_lib
+    total_mib = total_mib or _driver_total_mib
+    sizes = []
+    for index, gpu in enumerate(gpus):
+        try:
+            logical = tf.config.get_logical_device_configuration(gpu) or []
+        except (ValueError, RuntimeError):
+            logical = []
+        limits = [c.memory_limit for c in logical if c.memory_limit]
+        size = min(limits) if limits else total_mib(index)
+        if size:
+            sizes.append(size)
+    return round(min(sizes) / 1024, 2) if sizes else None
 
-        limits = [d.memory_limit for d in device_lib.list_local_devices() if d.device_type == "GPU"]
-    except Exception:  # noqa: BLE001 - an internal API: fall back to the default bound
+
+def _driver_total_mib(index: int) -> float | None:
+    """MiB of GPU `index` as the NVIDIA driver reports it (None when nvidia-smi is absent)."""
+    import subprocess
+
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits",
+             f"--id={index}"],
+            capture_output=True, text=True, timeout=30, check=True,
+        )  # fmt: skip
+        return float(out.stdout.strip().splitlines()[0])
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
         return None
-    limits = [limit for limit in limits if limit > 0]
-    return min(limits) / 2**30 if limits else None
 
 
 def micro_batch_memory_gib(device_gib: float | None = None) -> float:
     """The automatic --micro-batch-memory: the GiB per replica a micro-batch's step may keep,
     a quarter of the GPU's memory (`device_memory_gib`, read when not given), or
-    `MICRO_BATCH_MEMORY_GIB` without a GPU (CPU training: host memory is not the limit)."""
+    `MICRO_BATCH_MEMORY_GIB` without a GPU (CPU training: host memory is not the limit).
+    Logs the bound and where it came from."""
     device_gib = device_memory_gib() if device_gib is None else device_gib
     if not device_gib:
+        logger.info(
+            "micro-batch memory bound: %g GiB per replica (no GPU memory to read)",
+            MICRO_BATCH_MEMORY_GIB,
+        )
         return MICRO_BATCH_MEMORY_GIB
-    return round(DEVICE_MEMORY_SHARE * device_gib, 2)
+    bound = round(DEVICE_MEMORY_SHARE * device_gib, 2)
+    logger.info(
+        "micro-batch memory bound: %g GiB per replica (%g of the smallest GPU's %g GiB)",
+        bound, DEVICE_MEMORY_SHARE, device_gib,
+    )  # fmt: skip
+    return bound
 
 
 def step_floats_per_token(preset: str, vocab_size: int, max_length: int) -> int:

@@ -61,6 +61,7 @@ def resolve(
     out = TrainSettings(**dataclasses.asdict(args))
     out.preset = args.preset or DEFAULT_PRESET
     out.spm_model_type = args.spm_model_type or DEFAULT_SPM_MODEL_TYPE
+    out.cpu_devices = args.cpu_devices or 1
     out.vocab_size = args.vocab_size or (37000 if large else 8000)
     split_update(out, PAPER_UPDATE_TOKENS if large else SMALL_UPDATE_TOKENS, replicas)
     _resolve_schedule(out, args, large, batches_per_pass)
@@ -131,6 +132,8 @@ def split_update(out: TrainSettings, update_tokens: int, replicas: int) -> None:
     """
     if out.micro_batch_memory is None:
         out.micro_batch_memory = micro_batch_memory_gib()
+    if out.tokens_per_replica is not None:  # fairseq's --max-tokens: a per-replica budget
+        out.batch_tokens = out.tokens_per_replica * replicas
     if out.batch_tokens is not None:
         out.accum_steps = out.accum_steps or 1
         return
@@ -142,4 +145,38 @@ def split_update(out: TrainSettings, update_tokens: int, replicas: int) -> None:
     out.batch_tokens = math.ceil(update_tokens / out.accum_steps)
 
 
-__all__ = ["COUNTED", "LARGE_CORPUS", "resolve", "split_update"]
+# Below this many padded tokens per replica and micro-batch a GPU waits more than it computes:
+# a step's matmuls have one row per token (a few thousand fill a V100/A100's tensor cores;
+# fairseq's WMT recipes use 3584-4096 per GPU), while its fixed costs, the gradient all-reduce
+# (about 260 MB for base, 850 MB for big) and the step's launches, do not shrink with it.
+TOKENS_PER_REPLICA_FLOOR = 2048
+
+
+def replica_tokens(settings: TrainSettings, replicas: int) -> tuple[str, str | None]:
+    """(the plan's tokens-per-replica line, a warning below `TOKENS_PER_REPLICA_FLOOR` or
+    None): what one replica computes per micro-batch and per update."""
+    micro = settings.batch_tokens // max(1, replicas)
+    update = settings.batch_tokens * settings.accum_steps
+    line = (
+        f"tokens per replica: {micro} per micro-batch, {micro * settings.accum_steps} per "
+        f"update ({update} tokens per update = {replicas} replica{'s' * (replicas > 1)} x "
+        f"{settings.accum_steps} micro-batch{'es' * (settings.accum_steps > 1)} x {micro})"
+    )
+    warning = None
+    if micro < TOKENS_PER_REPLICA_FLOOR:
+        warning = (
+            f"{micro} tokens per replica and micro-batch is below {TOKENS_PER_REPLICA_FLOOR}: "
+            "a GPU would mostly wait on the all-reduce; give --tokens-per-replica (and fewer "
+            "--accum-steps) to keep each replica busy (docs/gpu.md)"
+        )
+    return line, warning
+
+
+__all__ = [
+    "COUNTED",
+    "LARGE_CORPUS",
+    "TOKENS_PER_REPLICA_FLOOR",
+    "replica_tokens",
+    "resolve",
+    "split_update",
+]

@@ -14,7 +14,7 @@ FIXED_ON_RESUME = (
     "preset", "src_lang", "tgt_lang", "dataset", "vocab_size", "spm_model_type", "max_length",
     "precision", "initial_loss_scale",
     "warmup_steps", "lr_scale", "dropout_rate", "label_smoothing", "steps_per_epoch", "seed",
-    "batch_tokens", "accum_steps",
+    "batch_tokens", "accum_steps", "tokens_per_replica",
     "train_weights", "tag_corpus", "subword_alpha",
     "init_from", "init_checkpoint", "init_average_last", "ema_decay",
 )  # fmt: skip
@@ -33,8 +33,8 @@ def validate(args: TrainArgs) -> Corpora:
 def check_values(args: TrainArgs) -> None:
     """The numeric flags and the loss scale."""
     positive = ("cpu_devices", "worker_wait", "accum_steps", "max_length", "keep_checkpoints", "log_every",
-                "eval_beam_size", "vocab_size", "batch_tokens", "epochs", "train_steps",
-                "steps_per_epoch", "checkpoint_every", "eval_every", "warmup_steps")  # fmt: skip
+                "eval_beam_size", "vocab_size", "batch_tokens", "tokens_per_replica", "epochs",
+                "train_steps", "steps_per_epoch", "checkpoint_every", "eval_every", "warmup_steps")  # fmt: skip
     for name in positive:
         value = getattr(args, name)
         if value is not None and (not isinstance(value, int) or value <= 0):
@@ -58,6 +58,8 @@ def check_values(args: TrainArgs) -> None:
         )
     if args.lr_scale is not None and not args.lr_scale > 0:
         raise ConfigError(f"--lr-scale must be positive, got {args.lr_scale!r}")
+    if args.tokens_per_replica is not None and args.batch_tokens is not None:
+        raise ConfigError("give --tokens-per-replica or --batch-tokens, not both")
     if args.epochs is not None and args.train_steps is not None:
         raise ConfigError("give --epochs or --train-steps, not both")
     if args.initial_loss_scale is not None:

@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
+import logging
 import os
+import shutil
 
 import keras
 import tensorflow as tf
 
 from keras_transformer.errors import KerasTransformerError
 from keras_transformer.settings.args import PRECISIONS, STRATEGIES
+
+logger = logging.getLogger(__name__)
+
+# What a GPU machine installs: TensorFlow with its CUDA and cuDNN wheels (setup.py's extra).
+GPU_INSTALL = 'pip install "keras-transformer-nmt[gpu]"'
+NVIDIA_DRIVER_FILE = "/proc/driver/nvidia/version"
 
 
 class StrategyError(KerasTransformerError, ValueError):
@@ -74,6 +83,7 @@ def make_strategy(name: str) -> tf.distribute.Strategy:
         return tf.distribute.get_strategy()
     if name == "multi_worker":  # before anything that starts the runtime (collectives)
         tf_config()
+        job_task(os.environ["TF_CONFIG"])
         return tf.distribute.MultiWorkerMirroredStrategy(
             communication_options=communication_options()
         )
@@ -82,6 +92,11 @@ def make_strategy(name: str) -> tf.distribute.Strategy:
         return tf.distribute.OneDeviceStrategy(gpus[0].name if gpus else "/cpu:0")
     if name == "mirrored":
         devices = [d.name for d in (gpus or tf.config.list_logical_devices("CPU"))]
+        if not gpus:
+            logger.warning(
+                "--strategy mirrored: no GPU visible, training on %d CPU device%s",
+                len(devices), "" if len(devices) == 1 else "s",
+            )  # fmt: skip
         return tf.distribute.MirroredStrategy(devices=devices)
     resolver = tf.distribute.cluster_resolver.TPUClusterResolver()
     tf.config.experimental_connect_to_cluster(resolver)
@@ -124,6 +139,31 @@ def planned_replicas(name: str) -> int:
     return tasks * max(1, len(tf.config.list_logical_devices("GPU")))
 
 
+def job_task(tf_config: str) -> dict:
+    """This task's place in a multi-worker job, from TF_CONFIG (StrategyError when it cannot
+    be): {"type", "index", "chief" (TensorFlow's own rule: the task of type "chief", else
+    worker 0), "tasks" (every task of the job)}. Kubeflow's TFJob writes it for every pod."""
+    from tensorflow.python.distribute import multi_worker_util
+
+    try:
+        config = json.loads(tf_config)
+    except json.JSONDecodeError as err:
+        raise StrategyError(f"TF_CONFIG is not valid JSON: {err}") from None
+    cluster, task = config.get("cluster"), config.get("task") or {}
+    kind, index = task.get("type"), task.get("index", 0)
+    if not isinstance(cluster, dict) or kind not in cluster or not 0 <= index < len(cluster[kind]):
+        raise StrategyError(
+            f"TF_CONFIG: task {kind!r} {index!r} is not in its cluster {sorted(cluster or {})}"
+        )
+    spec = tf.train.ClusterSpec(cluster)
+    return {
+        "type": kind,
+        "index": index,
+        "chief": multi_worker_util.is_chief(spec, kind, index),
+        "tasks": sum(len(addresses) for addresses in cluster.values()),
+    }
+
+
 def is_chief(strategy: tf.distribute.Strategy) -> bool:
     """TensorFlow's own answer (`strategy.extended.should_checkpoint`): True on one machine;
     in a multi-worker job, the task of type "chief" when TF_CONFIG has one (Kubeflow's TFJob,
@@ -136,3 +176,84 @@ def set_precision(name: str) -> None:
     if name not in PRECISIONS:
         raise StrategyError(f"unknown --precision {name!r}; choose from {', '.join(PRECISIONS)}")
     keras.config.set_dtype_policy(name)
+
+
+def nvidia_driver_present(version_file: str = NVIDIA_DRIVER_FILE, which=shutil.which) -> bool:
+    """An NVIDIA driver on this machine: its /proc file, or `nvidia-smi` on PATH."""
+    return os.path.exists(version_file) or which("nvidia-smi") is not None
+
+
+def cpu_requested(cpu_devices: int | None) -> bool:
+    """CPU devices asked for explicitly: --cpu-devices given (any N, as the tests do), or
+    the GPUs hidden on purpose (CUDA_VISIBLE_DEVICES empty or -1)."""
+    return cpu_devices is not None or os.environ.get("CUDA_VISIBLE_DEVICES") in ("", "-1")
+
+
+def check_devices(precision: str | None, cpu_devices: int | None = None, driver=None) -> None:
+    """Stop (StrategyError, one line) where a run would silently train on the CPU: an
+    NVIDIA driver that TensorFlow cannot use (its CUDA libraries missing), or
+    --precision mixed_float16 without a GPU (float16 only slows a CPU; bfloat16 stays
+    allowed: AMX CPUs run it). CPU devices asked for explicitly (`cpu_requested`) pass.
+    `driver` (injectable): whether the machine has an NVIDIA driver."""
+    if tf.config.list_physical_devices("GPU") or cpu_requested(cpu_devices):
+        return
+    if (driver or nvidia_driver_present)():
+        raise StrategyError(
+            "this machine has an NVIDIA driver but TensorFlow sees no GPU (its CUDA/cuDNN "
+            f"libraries are missing): {GPU_INSTALL}, or give --cpu-devices 1 to train on the CPU"
+        )
+    if precision == "mixed_float16":
+        raise StrategyError(
+            "--precision mixed_float16 needs a GPU and TensorFlow sees none (float16 only slows "
+            "a CPU): use --precision mixed_bfloat16 or float32, or give --cpu-devices N"
+        )
+
+
+def _cross_device_ops(strategy: tf.distribute.Strategy) -> str:
+    """How the replicas' gradients are summed (the strategy's private fields: TensorFlow has
+    no public accessor)."""
+    if strategy.num_replicas_in_sync == 1 and not isinstance(
+        strategy, tf.distribute.MultiWorkerMirroredStrategy
+    ):
+        return "none (one replica)"
+    options = getattr(strategy.extended, "_communication_options", None)
+    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) and options is not None:
+        return f"collective ops, {options.implementation.name}"
+    ops = getattr(strategy.extended, "_cross_device_ops", None)
+    return type(ops).__name__ if ops is not None else "TensorFlow's choice"
+
+
+def _nccl_version() -> str:
+    for wheel in ("nvidia-nccl-cu12", "nvidia-nccl-cu13"):
+        try:
+            return f"{importlib.metadata.version(wheel)} ({wheel})"
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return "not installed (the gpu extra brings it)"
+
+
+def device_report(strategy: tf.distribute.Strategy) -> str:
+    """The log block of kt-train's start: devices, cross-device ops, NCCL and the TensorFlow,
+    CUDA and cuDNN versions (`tf.sysconfig.get_build_info`: what the wheel was built with)."""
+    build = tf.sysconfig.get_build_info()
+    replicas = strategy.num_replicas_in_sync
+    try:
+        devices = list(strategy.extended.worker_devices)
+    except RuntimeError:  # the default strategy: TensorFlow's placement, first GPU else CPU
+        devices = [d.name for d in tf.config.list_logical_devices("GPU")[:1]] or ["/cpu:0"]
+    lines = [
+        "devices:",
+        f"  replicas      {replicas} ({', '.join(devices)})",
+    ]
+    for gpu in tf.config.list_physical_devices("GPU"):
+        details = tf.config.experimental.get_device_details(gpu)
+        capability = ".".join(map(str, details.get("compute_capability", ()))) or "?"
+        lines.append(f"  {gpu.name:13} {details.get('device_name', '?')}, compute {capability}")
+    lines += [
+        f"  cross-device  {_cross_device_ops(strategy)}",
+        f"  NCCL          {_nccl_version()}",
+        f"  TensorFlow    {tf.__version__}, built with CUDA {build.get('cuda_version', '-')}, "
+        f"cuDNN {build.get('cudnn_version', '-')} for "
+        f"{', '.join(build.get('cuda_compute_capabilities', ())) or '-'}",
+    ]
+    return "\n".join(lines)

@@ -24,7 +24,7 @@ from keras_transformer.optimization import paper_optimizer
 from keras_transformer.run_dir import LOG_DIR, Run
 from keras_transformer.settings.args import INITIAL_LOSS_SCALE, TrainSettings, describe
 from keras_transformer.settings.plan import Plan
-from keras_transformer.settings.recipe import COUNTED
+from keras_transformer.settings.recipe import COUNTED, replica_tokens
 from keras_transformer.training import callbacks as cb
 from keras_transformer.training import ema, fine_tune
 from keras_transformer.training.preemption import PreemptionSave
@@ -37,6 +37,8 @@ from keras_transformer.training.preparation import (
 )
 from keras_transformer.training.step import TrainingModel
 from keras_transformer.training.strategy import (
+    check_devices,
+    device_report,
     is_chief,
     make_strategy,
     planned_replicas,
@@ -75,12 +77,17 @@ def train(plan: Plan) -> dict:
     """Train (or resume) the run in `plan.args.model_dir`; returns a summary dict."""
     args = plan.args
     job = Job.start(args.model_dir, args.strategy)
+    logger.info("%s", device_report(job.strategy))
+    if not job.shared.exists:  # a resumed run's precision is checked once read back
+        check_devices(args.precision, args.cpu_devices)
     keras.utils.set_random_seed(args.seed)  # before any tokenizer: it clears the kernel cache
     train_data, valid = load_data(plan)
     logger.info("train: %s\nvalidation: %s", train_data.report(), valid.report())
     replicas = job.strategy.num_replicas_in_sync
     settings, tokenizer = settle(job.shared, args, train_data, job.task, replicas)
+    check_devices(settings.precision, args.cpu_devices)
     logger.info("settings (config.json):\n%s", describe(settings, args))
+    log_replica_tokens(settings, replicas)
     check_tag_symbol(tokenizer, settings)
     set_precision(settings.precision)
 
@@ -106,7 +113,7 @@ def train(plan: Plan) -> dict:
 
     stats = PipelineStats()
     subword = subword_sampler(tokenizer, settings.subword_alpha)  # training sentences only
-    data_from = training_stream(train_data, tokenizer, settings, stats, subword)
+    data_from = training_stream(train_data, tokenizer, settings, stats, subword, replicas)
     if model.replica_next is not None:  # multi-worker: each worker reads its own share
         data_from = worker_streams(job.strategy, model, data_from)
     valid_batches = validation_batches(valid, tokenizer, settings)
@@ -129,7 +136,13 @@ def dry_run(plan: Plan) -> str:
     args = plan.args
     # the replicas bound the automatic micro-batch; multi_worker's from TF_CONFIG (building
     # the strategy would wait for the peers)
-    replicas = planned_replicas(args.strategy)
+    if args.strategy == "multi_worker":
+        replicas = planned_replicas(args.strategy)
+    else:
+        strategy = make_strategy(args.strategy)
+        logger.info("%s", device_report(strategy))
+        replicas = strategy.num_replicas_in_sync
+    check_devices(args.precision, args.cpu_devices)
     local = dataclasses.replace(args, tfds_download=False)
     try:
         train_data, valid = load_data(dataclasses.replace(plan, args=local), download=False)
@@ -145,8 +158,18 @@ def dry_run(plan: Plan) -> str:
     return (
         f"{corpora}\n"
         f"settings (config.json):\n{describe(settings, args, pending=COUNTED)}\n"
+        f"{log_replica_tokens(settings, replicas)}\n"
         f"dry run: nothing trained, nothing written to {args.model_dir}"
     )
+
+
+def log_replica_tokens(settings: TrainSettings, replicas: int) -> str:
+    """Log the tokens per replica (a warning below the floor); returns the line."""
+    line, warning = replica_tokens(settings, replicas)
+    logger.info("%s", line)
+    if warning:
+        logger.warning("%s", warning)
+    return line
 
 
 # -- stages ---------------------------------------------------------------------------------
@@ -204,13 +227,16 @@ def validation_batches(valid, tokenizer, settings: TrainSettings) -> tf.data.Dat
     return batches.apply(tf.data.experimental.assert_cardinality(count))
 
 
-def training_stream(train_data, tokenizer, settings: TrainSettings, stats, subword):
+def training_stream(train_data, tokenizer, settings: TrainSettings, stats, subword, split=1):
     """`data_from(start)`: the training batches from stream position `start`, position-tagged.
 
     `data_from(start, shard=(index, count), replicas=n)`: one worker's stream of its share of
-    the pairs, in batches of 1/n of the token budget (one replica's)."""
+    the pairs, in batches of 1/n of the token budget (one replica's).
+    With --jit-compile, a bucket's batches all have its row count, divisible by the rows'
+    split: `split` replicas (one stream's batches split between them) x --accum-steps."""
 
     def data_from(start: int, shard=None, replicas: int = 1) -> tf.data.Dataset:
+        static = settings.accum_steps * (split if shard is None else 1)
         return training_batches(
             train_data,
             tokenizer,
@@ -222,6 +248,7 @@ def training_stream(train_data, tokenizer, settings: TrainSettings, stats, subwo
             positions=True,  # TrainingModel keeps the stream position of the next batch
             subword=subword,
             shard=shard,
+            static_rows=static if settings.jit_compile else None,
         )
 
     return data_from

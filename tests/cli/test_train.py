@@ -61,6 +61,7 @@ def test_a_recipe_files_dry_run_is_the_plan_of_its_flags(tmp_path, multi30k_dir)
     assert from_file == from_flags
     # the default plan: the same values, marked as automatic where no flag set them
     assert "--vocab-size         8000  (auto)" in default
+    assert "tokens per replica: 4096 per micro-batch, 4096 per update" in default
 
     def unmarked(plan):
         return re.sub(r"  \(auto\)$", "", plan, flags=re.MULTILINE)
@@ -132,3 +133,57 @@ def test_a_dry_run_without_the_data_downloads_nothing_and_plans_for_a_large_corp
     assert not [p for p in written if "keras_transformer" in p or "tensorflow_datasets" in p]
     assert not (tmp_path / "run").exists()
     assert not [line for line in out.stderr.splitlines() if RUNTIME_LOG.match(line)], out.stderr
+
+
+# dry runs in one process, stdout and stderr apart; `driver` stands in for an NVIDIA driver
+DEVICE_PROBE = """
+import contextlib, io
+from keras_transformer.cli import train
+from keras_transformer.training import strategy
+for argv, driver in {runs!r}:
+    strategy.nvidia_driver_present = lambda: driver
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = train.main(argv)
+    print("=== EXIT", code)
+    print(err.getvalue() + "=== OUT")
+    print(out.getvalue())
+"""
+
+
+def test_device_checks_stop_a_run_that_would_silently_use_the_cpu(tmp_path, multi30k_dir):
+    """No GPU here: mixed_float16 stops in one line unless CPU devices were asked for
+    (--cpu-devices, as the tests do); bfloat16 passes; a machine with an NVIDIA driver that
+    TensorFlow cannot use stops naming the gpu extra; --strategy mirrored says it trains on
+    the CPU; every start logs the device block."""
+    where = ["--model-dir", str(tmp_path / "run"), "--dry-run"]
+    runs = [
+        (["--precision", "mixed_float16", *where], False),
+        (["--precision", "mixed_float16", "--cpu-devices", "1", *where], False),
+        (["--precision", "mixed_bfloat16", *where], False),
+        ([*where], True),
+        (["--cpu-devices", "1", *where], True),
+        (["--strategy", "mirrored", *where], False),
+    ]
+    out = subprocess.run(
+        [sys.executable, "-c", DEVICE_PROBE.format(runs=runs)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": ROOT, "KT_DATA_DIR": multi30k_dir},
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    results = []
+    for part in out.stdout.split("=== EXIT ")[1:]:
+        code, rest = part.split("\n", 1)
+        err, stdout = rest.split("=== OUT\n", 1)
+        results.append((int(code), err.strip(), stdout))
+    assert [code for code, _, _ in results] == [2, 0, 0, 2, 0, 0], out.stdout[-3000:]
+    float16, _, _, driver, _, mirrored = results
+    assert float16[1].count("\n") == 0 and float16[1].startswith("kt-train: error: ")
+    assert "--precision mixed_float16" in float16[1] and "--cpu-devices" in float16[1]
+    assert driver[1].count("\n") == 0 and 'pip install "keras-transformer-nmt[gpu]"' in driver[1]
+    assert "no GPU visible, training on 1 CPU device" in mirrored[2]
+    for code, _, stdout in results:
+        if code == 0:
+            assert "devices:" in stdout and "cuDNN" in stdout and "NCCL" in stdout

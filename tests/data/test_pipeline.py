@@ -401,3 +401,37 @@ def test_a_pass_from_a_pair_on_is_the_rest_of_the_pass(setup, tmp_path, tfds_cor
             assert [tuple(p) for p in got] == one[k:]
         later = corpus.passes(3, n + n - 5).take(15).as_numpy_iterator()
         assert [tuple(p) for p in later] == one[n - 5 :] + two[:10]
+
+
+@pytest.mark.slow
+def test_static_rows_give_one_shape_per_bucket_over_a_pass_of_chunks(setup, tmp_path):
+    """--jit-compile's batches (static_rows m = replicas x accumulation steps) on a pass of 7
+    chunks of 150 raw pairs: every batch of a bucket has its row count, a multiple of m, so
+    the pass has at most one shape per bucket (without: a partial batch per bucket and
+    chunk, of a random row count); the padding rows are all pad ids and the real rows are
+    every pair once."""
+    tokenizer, pairs = setup
+    corpus = file_corpus(tmp_path, pairs)
+    boundaries = bucket_boundaries(32)
+
+    def first_pass(**kwargs):
+        data, _ = stream(corpus, tokenizer, chunk_pairs=150, **kwargs)
+        return [b for e, _, b in tagged(data.take_while(lambda *b: b[2][0] < (1 << 32))) if not e]
+
+    def shapes(batches):
+        return {tuple(batch[0][0].shape) for batch in batches}
+
+    plain, static = first_pass(), first_pass(static_rows=4)
+    assert len(shapes(plain)) > 2 * len(boundaries)  # a partial batch per bucket and chunk
+    assert len(shapes(static)) <= len(boundaries)
+    assert all(rows % 4 == 0 for rows, _ in shapes(static))
+    real = []
+    for (src, tgt_in), tgt_out in static:
+        empty = (tf.reduce_sum(src, 1) == 0) & (tf.reduce_sum(tgt_in, 1) == 0)
+        assert not tf.reduce_any(tf.boolean_mask(tgt_out, empty) != 0)  # no tokens
+        keep = tf.logical_not(empty)
+        src, tgt_in, tgt_out = (tf.boolean_mask(t, keep) for t in (src, tgt_in, tgt_out))
+        real.append(((src, tgt_in), tgt_out))
+    expected = expected_rows(corpus.dataset, tokenizer, 32)
+    assert collections.Counter(pair_rows(real)) == expected
+    assert collections.Counter(pair_rows(plain)) == expected

@@ -39,3 +39,21 @@ def test_16_bit_activations_fit_more_tokens(precision):
     assert float32 == 4 * memory.step_floats_per_token("base", 37000, 128)
     assert 0.5 * float32 < mixed < float32
     assert wmt_base(precision=precision).accum_steps < wmt_base().accum_steps
+
+
+def test_the_gpu_memory_is_read_through_public_interfaces_and_the_bound_logged(caplog):
+    """The smallest GPU's memory (as the driver reports it, `total_mib`), and the bound that
+    --micro-batch-memory gets from it, logged; without a GPU, the 4 GiB default, logged."""
+    import tensorflow as tf
+
+    two = tf.config.list_physical_devices("CPU") * 2  # stand-ins: no logical configuration
+    sizes = {0: 81559.0, 1: 40960.0}
+    assert memory.device_memory_gib(two, total_mib=sizes.get) == 40.0
+    assert memory.device_memory_gib([], total_mib=sizes.get) is None
+    with caplog.at_level("INFO", logger="keras_transformer"):
+        assert memory.micro_batch_memory_gib(40.0) == 10.0
+        assert memory.micro_batch_memory_gib() == 4.0
+    assert "micro-batch memory bound: 10 GiB per replica (0.25 of the smallest GPU's 40 GiB)" in (
+        caplog.text
+    )
+    assert "micro-batch memory bound: 4 GiB per replica (no GPU memory to read)" in caplog.text

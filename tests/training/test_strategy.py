@@ -226,3 +226,34 @@ def test_the_planned_replicas_come_from_tf_config_without_a_strategy(monkeypatch
     monkeypatch.setenv("TF_CONFIG", json.dumps({"task": {"type": "worker", "index": 0}}))
     with pytest.raises(StrategyError, match='TF_CONFIG has no "cluster"'):
         planned_replicas("multi_worker")
+
+
+def test_the_tfjob_manifest_gives_one_chief_that_kt_train_recognizes():
+    """docs/examples/tfjob.yaml: the TF_CONFIG that Kubeflow's operator writes for each of its
+    pods (cluster of every replica type, lower-cased, port tfjob-port; the pod's own task),
+    parsed by kt-train's job code: one chief (the Chief pod, not worker 0), every pod in
+    the cluster, every pod running --strategy multi_worker."""
+    import yaml
+
+    from keras_transformer.training.strategy import job_task
+
+    with open(os.path.join(ROOT, "docs", "examples", "tfjob.yaml"), encoding="utf-8") as f:
+        job = yaml.safe_load(f)
+    name, specs = job["metadata"]["name"], job["spec"]["tfReplicaSpecs"]
+    cluster = {}
+    for kind, spec in specs.items():
+        (container,) = spec["template"]["spec"]["containers"]
+        assert "--strategy=multi_worker" in container["command"]
+        (port,) = [p["containerPort"] for p in container["ports"] if p["name"] == "tfjob-port"]
+        cluster[kind.lower()] = [
+            f"{name}-{kind.lower()}-{i}.default.svc:{port}" for i in range(spec["replicas"])
+        ]
+    tasks = [
+        job_task(json.dumps({"cluster": cluster, "task": {"type": kind, "index": i}}))
+        for kind, addresses in cluster.items()
+        for i in range(len(addresses))
+    ]
+    assert len(tasks) == 3 and all(t["tasks"] == 3 for t in tasks)
+    assert [(t["type"], t["index"]) for t in tasks if t["chief"]] == [("chief", 0)]
+    with pytest.raises(StrategyError, match="not in its cluster"):
+        job_task(json.dumps({"cluster": cluster, "task": {"type": "worker", "index": 2}}))

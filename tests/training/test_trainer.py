@@ -209,6 +209,7 @@ def test_resume_restores_the_loss_scale(tmp_path, multi30k_dir):
     and skips nothing. Restarted from 2**30, it would skip the same batches again."""
     model_dir = tmp_path / "fp16"
     args = ["--precision", "mixed_float16", "--initial-loss-scale", str(2**30)]
+    args += ["--cpu-devices", "1"]  # float16 on the CPU, asked for explicitly
     args += ["--steps-per-epoch", "40", "--eval-every", "100"]
     run_train(model_dir, multi30k_dir, "--train-steps", "10", *args)
     first = Run(str(model_dir)).checkpoints()[-1]

@@ -1040,13 +1040,19 @@ def test_every_documented_request_runs_under_tf_servings_rules(exported):
     }  # fmt: skip
     sizes = {len(body["inputs"]["inputs"]) for _, body in requests}
     assert 1 in sizes and max(sizes) > 1  # one sentence and several
-    answers = tf_serving(path, [[body] for _, body in requests] + [[b, b] for _, b in requests])
-    alone, merged = answers[: len(requests)], answers[len(requests) :]
-    for (page, body), single, double in zip(requests, alone, merged, strict=True):
+    first = [{**b, "inputs": {k: v[:1] for k, v in b["inputs"].items()}} for _, b in requests]
+    jobs = [[body] for _, body in requests] + [[b, b] for _, b in requests]
+    answers = tf_serving(path, jobs + [[body] for body in first])
+    n = len(requests)
+    alone, merged, one = answers[:n], answers[n : 2 * n], answers[2 * n :]
+    for (page, body), single, double, cut in zip(requests, alone, merged, one, strict=True):
         assert "error" not in single, (page, body, single)
         assert "error" not in double, (page, body, double)
         for got in double["results"]:
             assert_same(got, single["results"][0], ("outputs", "target_tokens", "source_tokens"))
+        # its first sentence alone (a request of one sentence, with and without stop_rule)
+        assert "error" not in cut, (page, body, cut)
+        assert len(cut["results"][0]["truncated"]) == 1  # every signature returns it
 
 
 def test_the_emulated_server_refuses_what_tf_serving_refuses(exported, tmp_path):

@@ -61,6 +61,8 @@ setup(
         "bench": ["ctranslate2>=4.5,<5"],
         # kt-export --format ctranslate2; the package imports it for that option only
         "ctranslate2": ["ctranslate2>=4.5,<5"],
+        # the docs site: mkdocs.yml, `mkdocs build --strict` (CI) or `mkdocs serve`
+        "docs": ["mkdocs>=1.6", "mkdocs-material>=9.5", "mkdocstrings-python>=1.10"],
     },
     entry_points={
         "console_scripts": [

@@ -97,7 +97,6 @@ def savedmodel_decoders(export: str, batches: list[list[str]]) -> dict:
             max_extra_length=MAX_EXTRA_LENGTH,
             num_hypotheses=1,
             target_prefix="",
-            stop_rule="",  # the export's (exports before the stop rules have no such input)
         )
         feed = {}
         for name, spec in specs.items():  # what this export's signature takes

@@ -74,7 +74,7 @@ def real_feeds(args, tmp: str):
     return (
         os.path.join(tmp, "transformer", "1"),
         "translate_with_options",
-        [{"inputs": batch, **options, "target_prefix": "", "stop_rule": ""} for batch in batches],
+        [{"inputs": batch, **options, "target_prefix": ""} for batch in batches],
     )
 
 

@@ -8,9 +8,10 @@
 
 REST needs `requests`; gRPC needs `tensorflow-serving-api` (pip install -e ".[serving]").
 Without an option flag the request goes to `serving_default` (the export's settings); with
-any, to `translate_with_options`, the others taking the library's defaults
-(`keras_transformer.config`: the paper's beam 4, alpha 0.6, +50 tokens; 1 hypothesis, no
-prefix). Every option is sent as a vector with one value per sentence (the signature is
+any, to `translate_with_options` (0.1.0's inputs; with `--stop-rule`, to
+`translate_with_stop_rule`, which also takes `stop_rule`), the others taking the library's
+defaults (`keras_transformer.config`: the paper's beam 4, alpha 0.6, +50 tokens; 1
+hypothesis, no prefix). Every option is sent as a vector with one value per sentence (the signature is
 batch-major, so TF Serving's batching can merge requests); outputs are then
 (batch, num_hypotheses).
 """
@@ -28,7 +29,6 @@ DEFAULT_OPTIONS = {
     "max_extra_length": config.MAX_EXTRA_LENGTH,
     "num_hypotheses": 1,
     "target_prefix": "",
-    "stop_rule": "",  # the export's (--stop-rule); or one of config.STOP_RULES
 }
 DTYPES = {"alpha": "float32", "target_prefix": "string", "stop_rule": "string"}  # others int32
 
@@ -39,7 +39,9 @@ def per_sentence(options: dict | None, count: int) -> dict:
 
 
 def _signature(options: dict | None) -> str:
-    return "translate_with_options" if options else "serving_default"
+    if not options:
+        return "serving_default"
+    return "translate_with_stop_rule" if "stop_rule" in options else "translate_with_options"
 
 
 def translate_rest(
@@ -105,7 +107,8 @@ def main() -> None:
     )
     parser.add_argument("sentences", nargs="+")
     args = parser.parse_args()
-    given = {k: getattr(args, k) for k in DEFAULT_OPTIONS if getattr(args, k) is not None}
+    names = [*DEFAULT_OPTIONS, "stop_rule"]  # stop_rule: translate_with_stop_rule's only
+    given = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
     options = {**DEFAULT_OPTIONS, **given} if given else None
     if args.rest:
         result = translate_rest(args.rest, args.sentences, args.model, options)

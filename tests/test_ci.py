@@ -91,3 +91,15 @@ def test_the_tests_fail_with_a_clear_message_without_kt_data_dir(tmp_path):
     assert out.returncode == 1, out.stdout[-2000:] + out.stderr[-2000:]
     assert "1 error" in out.stdout and "skipped" not in out.stdout
     assert "KT_DATA_DIR is not set: point it at the directory holding multi30k/" in out.stdout
+
+
+def test_ci_builds_the_docs_site_strictly_after_the_tests():
+    """The docs site is its own step after the README's test command: the `docs` extra, then
+    `mkdocs build --strict` (a warning fails CI) into a throwaway directory."""
+    lines = [line for line in script_lines() if not line.lstrip().startswith("#")]
+    tests = next(i for i, line in enumerate(lines) if "-m pytest" in line)
+    install = lines.index('pip install -e ".[docs]"')
+    build = lines.index('mkdocs build --strict --site-dir "$(mktemp -d)"')
+    assert tests < install < build
+    with open(os.path.join(REPO, "mkdocs.yml"), encoding="utf-8") as handle:
+        assert re.search(r"^docs_dir: docs$", handle.read(), re.M)

@@ -13,6 +13,7 @@ name no machine path.
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
 import functools
 import glob
@@ -22,6 +23,7 @@ import io
 import os
 import re
 import shlex
+import subprocess
 import sys
 
 import pytest
@@ -278,3 +280,57 @@ def test_every_link_between_pages_resolves():
             elif anchor and os.path.isfile(target) and anchor not in page_anchors(target):
                 broken.append(f"{os.path.relpath(page, REPO)}: {link} (no such heading)")
     assert not broken, "\n".join(broken)
+
+
+def python_blocks(path: str) -> list[str]:
+    with open(path, encoding="utf-8") as handle:
+        return re.findall(r"```python\n(.*?)```", handle.read(), re.S)
+
+
+def promised_prints(block: str) -> list[str]:
+    """What the block's `print(...)  # <a Python literal>` lines promise to print."""
+    promised = []
+    for line in block.splitlines():
+        code, _, comment = line.partition("  # ")
+        if code.startswith("print(") and comment:
+            try:
+                promised.append(str(ast.literal_eval(comment)))
+            except (ValueError, SyntaxError):
+                continue  # prose, e.g. "# the German translation"
+    return promised
+
+
+@pytest.fixture(scope="module")
+def readme_directory(tmp_path_factory, multi30k_dir):
+    """A directory holding `exports/transformer/1`, a tiny trained run's export, where the
+    README's blocks run as a reader would run them after `kt-export`."""
+    from keras_transformer.inference.export import export_run
+    from tests.run_fixture import make_run
+
+    base = tmp_path_factory.mktemp("readme")
+    run = make_run(str(base / "run"), multi30k_dir, steps=10)
+    export_run(run, str(base / "exports"), max_extra_length=5)
+    return str(base)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("index", range(len(python_blocks(README))))
+def test_every_readme_python_block_runs_as_written(index, request, tmp_path):
+    """Each ```python block of the README runs in a fresh interpreter, as written (a block that
+    reads `exports/transformer/1` runs where a tiny export is), and prints what its comments
+    say it prints."""
+    block = python_blocks(README)[index]
+    cwd = request.getfixturevalue("readme_directory") if "exports/" in block else str(tmp_path)
+    out = subprocess.run(
+        [sys.executable, "-c", block], cwd=cwd, capture_output=True, text=True, timeout=600
+    )
+    assert out.returncode == 0, f"README block {index}:\n{block}\n{out.stderr[-2000:]}"
+    printed = out.stdout.splitlines()
+    for promise in promised_prints(block):
+        assert promise in printed, (promise, printed)
+
+
+def test_the_readme_has_python_blocks_that_promise_output():
+    blocks = python_blocks(README)
+    assert len(blocks) >= 2 and any("exports/" in b for b in blocks)
+    assert promised_prints(blocks[0]) == ["(1, 3, 8000)"]

@@ -223,15 +223,10 @@ def decoder(args, lines: int = 0):
     check_options(beam, alpha, extra)
     options = {"beam_size": beam, "alpha": alpha, "max_extra_length": extra, "num_hypotheses": 1}
     options["target_prefix"] = prefixes if prefixes is not None else ""
-    signature = load_export(args.model, "translate_with_options")
-    if "stop_rule" in signature.structured_input_signature[1]:
-        options["stop_rule"] = stop_rule or ""  # "": the export's
-    elif stop_rule is not None:
-        raise EvaluationError(
-            f"--stop-rule: {args.model} was exported before the stop rules; re-export it with "
-            "this version"
-        )
-    return signature, options
+    if stop_rule is None:
+        return load_export(args.model, "translate_with_options"), options
+    options["stop_rule"] = stop_rule
+    return load_export(args.model, "translate_with_stop_rule"), options
 
 
 def flag_error(prog: str, err: Exception) -> int:

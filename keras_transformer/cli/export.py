@@ -122,7 +122,7 @@ def _add_search_flags(group) -> None:
         "exhaustive search; finished: once beam-size hypotheses ended among the top beam-size "
         "candidates, CTranslate2's rule with a length penalty; top: once the best candidate "
         "ended, CTranslate2's rule without one; both faster, may change some outputs); the "
-        'default of translate_with_options\' per-sentence stop_rule ("")',
+        'default of translate_with_stop_rule\'s per-sentence stop_rule ("")',
     )
     group.add_argument(
         "--attention-layer",

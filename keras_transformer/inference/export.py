@@ -10,8 +10,9 @@
 Signatures: `serving_default` (inputs: string (None,) -> outputs: string (None,), scores:
 float32 (None,)), `translate_nbest` (outputs and scores of shape (None, beam)) and
 `translate_with_options` (inputs plus per-sentence (None,) beam_size, alpha, max_extra_length,
-num_hypotheses, target_prefix, stop_rule -> outputs and scores of shape (None, the largest
-num_hypotheses)), `score` and `sample` (see `Translator`); every one also returns
+num_hypotheses, target_prefix -> outputs and scores of shape (None, the largest
+num_hypotheses)), `translate_with_stop_rule` (the same plus stop_rule), `score` and `sample`
+(see `Translator`); every one also returns
 "truncated" (None,) bool, the inputs cut to the model's length. An `xla` export adds
 `xla_warmup` (shapes (None, 5) int32 -> shapes), which its warmup requests call. The graph
 holds only TensorFlow and TensorFlow Text ops (an `xla` export: also a function compiled by
@@ -50,6 +51,7 @@ from keras_transformer.inference.options import (
     OPTIONS,
     SAMPLE,
     SCORE,
+    STOP_RULE_OPTIONS,
     STRINGS,
     XLA_SHAPES,
 )
@@ -64,6 +66,13 @@ WARMUP_OPTIONS = {
     "serving_default": {},
     "translate_nbest": {},
     "translate_with_options": {
+        "beam_size": [BEAM_SIZE, 1, 2],
+        "alpha": [ALPHA, 0.0, 1.0],
+        "max_extra_length": [MAX_EXTRA_LENGTH, 10, 5],
+        "num_hypotheses": [1, 1, 2],
+        "target_prefix": ["", "", "Two"],
+    },
+    "translate_with_stop_rule": {
         "beam_size": [BEAM_SIZE, 1, 2],
         "alpha": [ALPHA, 0.0, 1.0],
         "max_extra_length": [MAX_EXTRA_LENGTH, 10, 5],
@@ -260,6 +269,7 @@ def _write_saved_model(
         ("serving_default", translator.__call__, [STRINGS]),
         ("translate_nbest", translator.translate_nbest, [STRINGS]),
         ("translate_with_options", translator.translate_with_options, OPTIONS),
+        ("translate_with_stop_rule", translator.translate_with_stop_rule, STOP_RULE_OPTIONS),
         ("score", translator.score, SCORE),
         ("sample", translator.sample, SAMPLE),
     ]

@@ -22,9 +22,13 @@ OPTIONS = [
     tf.TensorSpec([None], tf.int32, name="max_extra_length"),
     tf.TensorSpec([None], tf.int32, name="num_hypotheses"),
     tf.TensorSpec([None], tf.string, name="target_prefix"),
-    # a name of config.STOP_RULES, or "" for the export's (--stop-rule)
-    tf.TensorSpec([None], tf.string, name="stop_rule"),
 ]
+# `translate_with_stop_rule`: the options and a stop rule per sentence, a name of
+# config.STOP_RULES or "" for the export's (--stop-rule). A signature of its own, so that
+# `translate_with_options` keeps 0.1.0's inputs: TF Serving refuses a request that omits an
+# input without a SignatureDef default, and a default (a fixed [1] tensor, fed as it is)
+# breaks a request of several sentences under --enable_batching
+STOP_RULE_OPTIONS = [*OPTIONS, tf.TensorSpec([None], tf.string, name="stop_rule")]
 SCORE = [STRINGS, tf.TensorSpec([None], tf.string, name="targets")]
 SAMPLE = [
     STRINGS,
@@ -36,7 +40,7 @@ SAMPLE = [
 # the XLA search's shapes to compile, [P, C, S, K, W] a row (`Translator.xla_warmup`)
 XLA_SHAPES = tf.TensorSpec([None, 5], tf.int32, name="shapes")
 # every option's dtype, for callers that build the (B,) vectors
-DTYPES = {spec.name: spec.dtype for spec in [*OPTIONS[1:], *SAMPLE[1:], XLA_SHAPES]}
+DTYPES = {spec.name: spec.dtype for spec in [*STOP_RULE_OPTIONS[1:], *SAMPLE[1:], XLA_SHAPES]}
 # per-request bounds: a request cannot ask for unbounded memory or time
 MAX_BEAM_SIZE = 64
 MAX_EXTRA_LENGTH_LIMIT = 1024  # the largest max_extra_length (the default is config's)
@@ -115,10 +119,10 @@ def _one_per_sentence(signature, inputs, named):
 
 
 def assert_options(
-    inputs, beam_size, alpha, max_extra_length, num_hypotheses, target_prefix, stop_rule
+    sig, inputs, beam_size, alpha, max_extra_length, num_hypotheses, target_prefix, stop_rule
 ):
-    """In-graph checks of `translate_with_options`' inputs (a list of Assert ops)."""
-    sig = "translate_with_options"
+    """In-graph checks of the inputs of signature `sig` (`translate_with_options` or
+    `translate_with_stop_rule`; a list of Assert ops)."""
     named = dict(
         beam_size=beam_size,
         alpha=alpha,

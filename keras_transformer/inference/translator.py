@@ -40,7 +40,8 @@ class Translator(tf.Module):
         stop_rule: when beam search settles a sentence, one of config.STOP_RULES: "exact"
             (the default; the n best equal the exhaustive search's), "finished" or "top"
             (CTranslate2's rules, faster, may change outputs: see `search.beam_search`); the
-            default of `translate_with_options`' per-sentence `stop_rule` too.
+            default of `translate_with_stop_rule`'s per-sentence `stop_rule` too, and the
+            rule of every other search.
         xla: run the beam searches (every signature but `sample` and `score`) compiled by
             XLA, in segments (xla_search.py): the same outputs (every stop rule), faster; a
             server must enable XLA (TF Serving: --xla_cpu_compilation_enabled=true) and
@@ -51,9 +52,11 @@ class Translator(tf.Module):
       - `translator(inputs)` -> {"outputs" (B,) string, "scores" (B,) float32};
       - `translate_nbest(inputs)` -> {"outputs" (B, K), "scores" (B, K)};
       - `translate_with_options(inputs, beam_size, alpha, max_extra_length, num_hypotheses,
-        target_prefix, stop_rule)`, every option (B,) per sentence (stop_rule a name of
-        config.STOP_RULES, or "" for the constructor's) -> {"outputs" (B, N), "scores"
-        (B, N)}, N the largest num_hypotheses ("" and -inf beyond a sentence's own);
+        target_prefix)`, every option (B,) per sentence (0.1.0's inputs, kept as they were:
+        a signature never gains an input) -> {"outputs" (B, N), "scores" (B, N)}, N the
+        largest num_hypotheses ("" and -inf beyond a sentence's own);
+      - `translate_with_stop_rule(...the same..., stop_rule)`: also the stop rule per
+        sentence, a name of config.STOP_RULES or "" for the constructor's;
       - `score(inputs, targets)` -> forced decoding of the targets (see `score`);
       - `sample(inputs, temperature, top_k, top_p, seed)` -> {"outputs", "scores"} (B,);
       - with `xla`, `xla_warmup(shapes)`: compiles the search for the given shapes (the
@@ -260,11 +263,31 @@ class Translator(tf.Module):
 
     @tf.function(input_signature=opt.OPTIONS)
     def translate_with_options(
+        self, inputs, beam_size, alpha, max_extra_length, num_hypotheses, target_prefix
+    ):
+        export_rule = tf.fill(tf.shape(inputs), "")
+        return self._with_options(
+            "translate_with_options", inputs, beam_size, alpha, max_extra_length,
+            num_hypotheses, target_prefix, export_rule,
+        )  # fmt: skip
+
+    @tf.function(input_signature=opt.STOP_RULE_OPTIONS)
+    def translate_with_stop_rule(
         self, inputs, beam_size, alpha, max_extra_length, num_hypotheses, target_prefix, stop_rule
     ):
+        return self._with_options(
+            "translate_with_stop_rule", inputs, beam_size, alpha, max_extra_length,
+            num_hypotheses, target_prefix, stop_rule,
+        )  # fmt: skip
+
+    def _with_options(
+        self, sig, inputs, beam_size, alpha, max_extra_length, num_hypotheses, target_prefix,
+        stop_rule,
+    ):  # fmt: skip
         checks = opt.assert_options(
-            inputs, beam_size, alpha, max_extra_length, num_hypotheses, target_prefix, stop_rule
-        )
+            sig, inputs, beam_size, alpha, max_extra_length, num_hypotheses, target_prefix,
+            stop_rule,
+        )  # fmt: skip
         beam_size, alpha, max_extra_length, num_hypotheses, stop_rule = opt.checked(
             checks, beam_size, alpha, max_extra_length, num_hypotheses, stop_rule
         )

@@ -247,6 +247,13 @@ def test_tf1_session_in_a_fresh_process_matches_the_translator(exported):
     assert result["signatures"]["translate_nbest"]["outputs"] == ["outputs", "scores", "truncated"]
     assert result["signatures"]["translate_with_options"] == {
         "inputs": [
+            "alpha", "beam_size", "inputs", "max_extra_length", "num_hypotheses",
+            "target_prefix",
+        ],
+        "outputs": ["outputs", "scores", "truncated"],
+    }  # fmt: skip
+    assert result["signatures"]["translate_with_stop_rule"] == {
+        "inputs": [
             "alpha", "beam_size", "inputs", "max_extra_length", "num_hypotheses", "stop_rule",
             "target_prefix",
         ],
@@ -278,18 +285,19 @@ def test_tf1_session_in_a_fresh_process_matches_the_translator(exported):
 
 
 def options(
-    n, beam_size=4, alpha=0.6, max_extra_length=10, num_hypotheses=1, prefix="", stop_rule=""
+    n, beam_size=4, alpha=0.6, max_extra_length=10, num_hypotheses=1, prefix="", stop_rule=None
 ):
     """translate_with_options' per-sentence inputs for n sentences, each a list (a value
-    given as a list is taken as it is)."""
+    given as a list is taken as it is); with a `stop_rule`, translate_with_stop_rule's."""
     given = {
         "beam_size": beam_size,
         "alpha": alpha,
         "max_extra_length": max_extra_length,
         "num_hypotheses": num_hypotheses,
         "target_prefix": prefix,
-        "stop_rule": stop_rule,
     }
+    if stop_rule is not None:
+        given["stop_rule"] = stop_rule
     return {k: v if isinstance(v, list) else [v] * n for k, v in given.items()}
 
 
@@ -364,13 +372,14 @@ def test_translate_with_options_through_a_tf1_session(exported):
 )
 def test_bad_options_are_invalid_argument_errors_naming_the_input(exported, bad, name):
     _, _, path = exported
+    signature = "translate_with_stop_rule" if "stop_rule" in bad else "translate_with_options"
     request = {
-        "signature": "translate_with_options",
+        "signature": signature,
         "inputs": SENTENCES,
         "options": options(len(SENTENCES), **bad),
     }
     (result,) = tf1_session(path, [request])["results"]
-    assert f"translate_with_options: input {name} must be" in result["error"]
+    assert f"{signature}: input {name} must be" in result["error"]
 
 
 def test_saved_model_cli_run(exported):
@@ -487,9 +496,10 @@ def test_export_cli_merges_models_config_and_says_what_it_wrote(exported, tmp_pa
     assert (
         "signature translate_with_options: (alpha float32[None], beam_size int32[None], "
         "inputs string[None], max_extra_length int32[None], num_hypotheses int32[None], "
-        "stop_rule string[None], target_prefix string[None]) -> (outputs string[None, None], "
+        "target_prefix string[None]) -> (outputs string[None, None], "
         "scores float32[None, None], truncated bool[None])"
     ) in out.stdout
+    assert "signature translate_with_stop_rule: (alpha float32[None], " in out.stdout
     assert "signature serving_default: (inputs string[None]) -> (outputs string[None]" in (
         out.stdout
     )
@@ -834,6 +844,11 @@ def test_client_fills_per_sentence_vectors_with_the_librarys_defaults():
     )
     vectors = client.per_sentence({**defaults, "beam_size": 8}, 3)
     assert vectors["beam_size"] == [8, 8, 8] and vectors["target_prefix"] == ["", "", ""]
+    # 0.1.0's six inputs go to translate_with_options; a stop rule to its own signature
+    assert sorted(defaults) == sorted(WARMUP_OPTIONS["translate_with_options"])
+    assert client._signature(defaults) == "translate_with_options"
+    assert client._signature({**defaults, "stop_rule": "top"}) == "translate_with_stop_rule"
+    assert client._signature(None) == "serving_default"
 
 
 def test_tokenization_is_pinned_to_the_cpu_in_the_graph(exported):
@@ -891,3 +906,185 @@ def test_commands_report_the_inputs_cut_on_stderr(exported, tmp_path):
     src.write_text("\n".join(SENTENCES) + "\n")
     out = run_module("-m", "keras_transformer.cli.translate", "--model", path, "--input", str(src))
     assert out.returncode == 0 and "warning" not in out.stderr
+
+
+# TF Serving's Predict, emulated in a fresh interpreter that imports only tensorflow and
+# tensorflow_text: the SavedModel loaded through a TF1 session, a REST body ({"signature_name",
+# "inputs": {name: list}}, the columnar format) checked and fed as predict_util.cc does
+# (VerifyRequestInputsSize, then saved_model::GetInputValues: an input the request omits is
+# fed the SignatureDef's default as written, or the request is refused), and, for a job of
+# several bodies, merged as --enable_batching's BatchingSession merges requests of one
+# signature: every fed tensor must have the same 0th dimension, the merged tensors are
+# concatenated on axis 0 and run once, the results split back. argv[2]: JSON list of jobs
+# (lists of bodies); prints one {"results": [per body]} or {"error"} per job.
+TF_SERVING = r"""
+import json, sys
+import numpy as np
+import tensorflow as tf
+import tensorflow_text  # noqa: F401
+assert not any(m.startswith("keras_transformer") for m in sys.modules)
+tf.compat.v1.disable_eager_execution()
+
+
+class Refused(Exception):
+    pass
+
+
+def tensor(info, value):
+    dtype = tf.dtypes.as_dtype(info.dtype)
+    if isinstance(value, np.ndarray):  # a SignatureDef default, as written
+        return value
+    if dtype == tf.string:
+        encode = np.vectorize(lambda s: s.encode("utf-8"), otypes=[object])
+        return encode(np.array(value, dtype=object))
+    return np.array(value, dtype=dtype.as_numpy_dtype)
+
+
+def feeds(meta, body):
+    name = body.get("signature_name", "serving_default")
+    if name not in meta.signature_def:
+        raise Refused(f'Serving signature key "{name}" not found.')
+    sig = meta.signature_def[name]
+    given, wanted = set(body["inputs"]), set(sig.inputs)
+    extra, missing = given - wanted, wanted - given - set(sig.defaults)
+    if extra or missing:
+        raise Refused(
+            f"input size does not match signature: Sent extra: {sorted(extra)}. "
+            f"Missing but required: {sorted(missing)}."
+        )
+    values = {
+        alias: tensor(info, body["inputs"][alias]) if alias in given
+        else tf.make_ndarray(sig.defaults[alias])
+        for alias, info in sig.inputs.items()
+    }
+    sizes = {alias: v.shape[0] if v.ndim else None for alias, v in values.items()}
+    if None in sizes.values() or len(set(sizes.values())) != 1:
+        raise Refused(
+            f"Batching Run() input tensors must have equal 0th-dimension size: {sizes}"
+        )
+    return sig, values
+
+
+def plain(array):
+    if array.dtype == object:
+        return tf.nest.map_structure(lambda o: o.decode("utf-8"), array.tolist())
+    return array.tolist()
+
+
+jobs = json.loads(sys.argv[2])
+answers = []
+with tf.compat.v1.Session(graph=tf.Graph()) as sess:
+    meta = tf.compat.v1.saved_model.loader.load(sess, ["serve"], sys.argv[1])
+    for job in jobs:
+        try:
+            parsed = [feeds(meta, body) for body in job]
+            names = {body.get("signature_name", "serving_default") for body in job}
+            assert len(names) == 1, "the batcher merges requests of one signature"
+            sig = parsed[0][0]
+            merged = {
+                sig.inputs[alias].name: np.concatenate([values[alias] for _, values in parsed])
+                for alias in sig.inputs
+            }
+            fetch = {k: v.name for k, v in sig.outputs.items()}
+            out = sess.run(fetch, merged)
+            results, start = [], 0
+            for _, values in parsed:
+                size = next(iter(values.values())).shape[0]
+                results.append({k: plain(v[start : start + size]) for k, v in out.items()})
+                start += size
+            answers.append({"results": results})
+        except (Refused, tf.errors.InvalidArgumentError) as err:
+            answers.append({"error": str(getattr(err, "message", err))[:400]})
+print(json.dumps(answers))
+"""
+
+
+def tf_serving(path, jobs):
+    """Each job (a list of REST bodies) as TF Serving with --enable_batching answers it."""
+    out = subprocess.run(
+        [sys.executable, "-c", TF_SERVING, path, json.dumps(jobs)],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd="/",
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def documented_requests():
+    """(page, REST body) of every `curl -d '<json>'` in the README's and docs/' bash blocks."""
+    from tests.test_docs import PAGES, README, bash_blocks, command_lines
+
+    found = []
+    for page in [README, *PAGES]:
+        for block in bash_blocks(page):
+            for tokens in command_lines(block):
+                if tokens[:1] == ["curl"]:
+                    body = json.loads(tokens[tokens.index("-d") + 1])
+                    found.append((os.path.relpath(page, ROOT), body))
+    return found
+
+
+def test_every_documented_request_runs_under_tf_servings_rules(exported):
+    """Every REST request of the docs, sent as written to a fresh export under TF Serving's
+    rules (every input present unless the SignatureDef has a default; every fed input of one
+    0th dimension, the batcher's rule), is answered; and merged with itself, as the batcher
+    merges two requests, it gets the same answer twice. 0.1.0's `translate_with_options`
+    request (six inputs) is among them."""
+    _, _, path = exported
+    requests = documented_requests()
+    signatures = {body.get("signature_name", "serving_default") for _, body in requests}
+    assert signatures == {
+        "serving_default", "translate_nbest", "translate_with_options",
+        "translate_with_stop_rule", "score", "sample",
+    }  # fmt: skip
+    sizes = {len(body["inputs"]["inputs"]) for _, body in requests}
+    assert 1 in sizes and max(sizes) > 1  # one sentence and several
+    first = [{**b, "inputs": {k: v[:1] for k, v in b["inputs"].items()}} for _, b in requests]
+    jobs = [[body] for _, body in requests] + [[b, b] for _, b in requests]
+    answers = tf_serving(path, jobs + [[body] for body in first])
+    n = len(requests)
+    alone, merged, one = answers[:n], answers[n : 2 * n], answers[2 * n :]
+    for (page, body), single, double, cut in zip(requests, alone, merged, one, strict=True):
+        assert "error" not in single, (page, body, single)
+        assert "error" not in double, (page, body, double)
+        for got in double["results"]:
+            assert_same(got, single["results"][0], ("outputs", "target_tokens", "source_tokens"))
+        # its first sentence alone (a request of one sentence, with and without stop_rule)
+        assert "error" not in cut, (page, body, cut)
+        assert len(cut["results"][0]["truncated"]) == 1  # every signature returns it
+
+
+def test_the_emulated_server_refuses_what_tf_serving_refuses(exported, tmp_path):
+    """The rules above can fail: a missing input without a default, an extra input, inputs of
+    different 0th dimensions. And why `stop_rule` is a signature of its own, not a default:
+    TF 2.21 writes a `tf.function` argument's Tensor default into the SignatureDef (one value,
+    shape [1]), which TF Serving feeds as it is, so a request of one sentence works and a
+    request of several is refused by the batcher."""
+    _, _, path = exported
+    body = {"signature_name": "translate_with_stop_rule", "inputs": {
+        "inputs": ["A dog.", "A cat."], "beam_size": [2, 2], "alpha": [0.6, 0.6],
+        "max_extra_length": [5, 5], "num_hypotheses": [1, 1], "target_prefix": ["", ""],
+        "stop_rule": ["", "top"]}}  # fmt: skip
+    without = {**body, "inputs": {k: v for k, v in body["inputs"].items() if k != "stop_rule"}}
+    extra = {**body, "inputs": {**body["inputs"], "seed": [1, 2]}}
+    uneven = {**body, "inputs": {**body["inputs"], "stop_rule": [""]}}
+    fine, missing, sent_extra, batched = tf_serving(path, [[body], [without], [extra], [uneven]])
+    assert len(fine["results"][0]["outputs"]) == 2
+    assert "Missing but required: ['stop_rule']" in missing["error"]
+    assert "Sent extra: ['seed']" in sent_extra["error"]
+    assert "equal 0th-dimension size" in batched["error"]
+
+    class WithDefault(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")] * 2)
+        def f(self, inputs, stop_rule=tf.constant([""])):
+            return {"outputs": tf.strings.join([inputs, stop_rule])}
+
+    module = WithDefault()
+    tf.saved_model.save(module, str(tmp_path / "default"), signatures={"serving_default": module.f})
+    one, several = tf_serving(
+        str(tmp_path / "default"),
+        [[{"inputs": {"inputs": ["a"]}}], [{"inputs": {"inputs": ["a", "b"]}}]],
+    )
+    assert one == {"results": [{"outputs": ["a"]}]}
+    assert "equal 0th-dimension size" in several["error"]

@@ -88,7 +88,7 @@ def test_stop_rule_is_an_export_option_and_the_report_compares_it(run, tmp_path)
     assert report["export"]["stop_rule"] == "top" and report["is_reference"] is False
     # the export's default, and "" per request, is its rule; a request may ask for another
     requests = [
-        {"signature": "translate_with_options", "inputs": ["A man sleeps."], "options": {
+        {"signature": "translate_with_stop_rule", "inputs": ["A man sleeps."], "options": {
             "beam_size": [4], "alpha": [0.6], "max_extra_length": [10], "num_hypotheses": [1],
             "target_prefix": [""], "stop_rule": [rule]}}
         for rule in ("", "top", "exact")
@@ -96,7 +96,7 @@ def test_stop_rule_is_an_export_option_and_the_report_compares_it(run, tmp_path)
     default, top, exact, serving = tf1_session(path, requests)["results"]
     assert default == top and serving["outputs"] == [row[0] for row in top["outputs"]]
     assert "error" not in exact
-    # kt-translate --stop-rule asks translate_with_options for it
+    # kt-translate --stop-rule asks translate_with_stop_rule for it
     src = tmp_path / "in.txt"
     src.write_text("A man sleeps.\n")
     out = run_module(

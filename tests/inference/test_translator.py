@@ -175,7 +175,7 @@ def test_eos_lands_at_input_length_plus_extra(trained, extra):
             assert not hypothesis[eos[0] + 1 :].any()
 
 
-def vectors(beam_size, alpha, max_extra_length, num_hypotheses, prefix="", stop_rule=""):
+def vectors(beam_size, alpha, max_extra_length, num_hypotheses, prefix=""):
     """translate_with_options' per-sentence inputs, the same for every sentence."""
     n = len(SENTENCES)
     return (
@@ -184,7 +184,6 @@ def vectors(beam_size, alpha, max_extra_length, num_hypotheses, prefix="", stop_
         tf.fill([n], max_extra_length),
         tf.fill([n], num_hypotheses),
         tf.fill([n], prefix),
-        tf.fill([n], stop_rule),
     )
 
 
@@ -216,11 +215,11 @@ def test_a_sentence_keeping_n_hypotheses_gets_the_n_best_of_the_full_list(transl
     after them; with a prefix too."""
     sentences = tf.constant(SENTENCES)
     n = np.array([1, 2, 3, 4], np.int32)
-    beam, alpha, extra, _, _, rules = vectors(4, 0.6, 10, 1)
+    beam, alpha, extra, _, _ = vectors(4, 0.6, 10, 1)
     for prefix in ("", "Ein"):
         full = translator.translate_with_options(sentences, *vectors(4, 0.6, 10, 4, prefix))
         got = translator.translate_with_options(
-            sentences, beam, alpha, extra, tf.constant(n), tf.fill([4], prefix), rules
+            sentences, beam, alpha, extra, tf.constant(n), tf.fill([4], prefix)
         )
         for i, k in enumerate(n):
             np.testing.assert_array_equal(got["outputs"][i, :k], full["outputs"][i, :k])
@@ -308,13 +307,15 @@ def test_every_signature_says_which_inputs_were_cut(trained):
 
 
 def test_stop_rule_per_sentence_matches_a_translator_built_with_it(trained, translator):
-    """translate_with_options' stop_rule ("" = the constructor's) gives each sentence what a
-    translator built with that rule gives it; an unknown name is an InvalidArgument error."""
+    """translate_with_stop_rule's stop_rule ("" = the constructor's) gives each sentence what
+    a translator built with that rule gives it through translate_with_options (which keeps
+    0.1.0's inputs, so uses the constructor's rule); an unknown name is an InvalidArgument
+    error naming the signature."""
     model, tokenizer = trained
     inputs = tf.constant(SENTENCES)
     rules = ["", "finished", "top", "exact"]
-    beam, alpha, extra, num, prefix, _ = vectors(3, 0.6, 10, 2)
-    got = translator.translate_with_options(
+    beam, alpha, extra, num, prefix = vectors(3, 0.6, 10, 2)
+    got = translator.translate_with_stop_rule(
         inputs, beam, alpha, extra, num, prefix, tf.constant(rules)
     )
     for i, rule in enumerate(rules):
@@ -324,8 +325,11 @@ def test_stop_rule_per_sentence_matches_a_translator_built_with_it(trained, tran
         expected = built.translate_with_options(inputs, *vectors(3, 0.6, 10, 2))
         np.testing.assert_array_equal(got["outputs"][i], expected["outputs"][i])
         np.testing.assert_allclose(got["scores"][i], expected["scores"][i], atol=1e-5)
-    with pytest.raises(tf.errors.InvalidArgumentError, match="input stop_rule must be one of"):
-        translator.translate_with_options(
+    with pytest.raises(
+        tf.errors.InvalidArgumentError,
+        match="translate_with_stop_rule: input stop_rule must be one of",
+    ):
+        translator.translate_with_stop_rule(
             inputs, beam, alpha, extra, num, prefix, tf.fill([len(SENTENCES)], "fast")
         )
     with pytest.raises(DecodingOptionsError, match="^stop_rule must be one of"):

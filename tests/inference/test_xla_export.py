@@ -62,8 +62,8 @@ def test_every_search_signature_equals_the_default_search(translators):
     assert_same(xla(inputs), plain(inputs))
     assert_same(xla.translate_nbest(inputs), plain.translate_nbest(inputs))
     assert_same(
-        xla.translate_with_options(inputs, **with_options(5)),
-        plain.translate_with_options(inputs, **with_options(5)),
+        xla.translate_with_stop_rule(inputs, **with_options(5)),
+        plain.translate_with_stop_rule(inputs, **with_options(5)),
     )
 
 
@@ -182,7 +182,7 @@ def test_xla_export_warms_up_every_shape_and_equals_the_default_export(translato
     options["target_prefix"] = ["", ""]
     options["stop_rule"] = ["", "finished"]  # strings as the client sends them (not bytes)
     requests.append(
-        {"signature": "translate_with_options", "inputs": {"inputs": SENTENCES[:2], **options}}
+        {"signature": "translate_with_stop_rule", "inputs": {"inputs": SENTENCES[:2], **options}}
     )
     served = tf1_session(xla_path, warmup, requests, tmp_path / "dump")
     assert "xla_warmup" in served["signatures"]

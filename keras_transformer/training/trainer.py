@@ -37,6 +37,7 @@ from keras_transformer.training.preparation import (
 )
 from keras_transformer.training.step import TrainingModel
 from keras_transformer.training.strategy import (
+    StrategyError,
     check_devices,
     device_report,
     is_chief,
@@ -142,7 +143,11 @@ def dry_run(plan: Plan) -> str:
         strategy = make_strategy(args.strategy)
         logger.info("%s", device_report(strategy))
         replicas = strategy.num_replicas_in_sync
-    check_devices(args.precision, args.cpu_devices)
+    try:  # a preview of a GPU recipe on another machine still shows its plan
+        check_devices(args.precision, args.cpu_devices)
+        device_note = ""
+    except StrategyError as err:
+        device_note = f"on this machine, kt-train would stop: {err}\n"
     local = dataclasses.replace(args, tfds_download=False)
     try:
         train_data, valid = load_data(dataclasses.replace(plan, args=local), download=False)
@@ -158,7 +163,7 @@ def dry_run(plan: Plan) -> str:
     return (
         f"{corpora}\n"
         f"settings (config.json):\n{describe(settings, args, pending=COUNTED)}\n"
-        f"{log_replica_tokens(settings, replicas)}\n"
+        f"{log_replica_tokens(settings, replicas)}\n{device_note}"
         f"dry run: nothing trained, nothing written to {args.model_dir}"
     )
 

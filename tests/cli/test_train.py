@@ -124,8 +124,12 @@ def test_a_dry_run_without_the_data_downloads_nothing_and_plans_for_a_large_corp
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
     multi30k, wmt = [part.strip() for part in out.stdout.split("=== EXIT")[1:]]
-    assert multi30k.startswith("0\ntrain: not at hand (Multi30k file train.en(.gz) not found")
-    assert wmt.startswith("0\ntrain: not at hand (TFDS dataset wmt14_translate/de-en is not")
+    assert multi30k.startswith("0\n")
+    assert "\ntrain: not at hand (Multi30k file train.en(.gz) not found" in multi30k
+    assert wmt.startswith("0\n")
+    assert "\ntrain: not at hand (TFDS dataset wmt14_translate/de-en is not" in wmt
+    # the WMT recipe's mixed_float16 on this GPU-less machine: said, not a stop
+    assert "on this machine, kt-train would stop: --precision mixed_float16" in wmt
     for plan in (multi30k, wmt):
         assert "\ncorpus size unknown: the plan of a large corpus" in plan
         assert re.search(r"^  --vocab-size +37000", plan, re.MULTILINE), plan
@@ -157,13 +161,15 @@ def test_device_checks_stop_a_run_that_would_silently_use_the_cpu(tmp_path, mult
     TensorFlow cannot use stops naming the gpu extra; --strategy mirrored says it trains on
     the CPU; every start logs the device block."""
     where = ["--model-dir", str(tmp_path / "run"), "--dry-run"]
+    start = ["--model-dir", str(tmp_path / "fresh")]  # stops before reading the data
     runs = [
-        (["--precision", "mixed_float16", *where], False),
+        (["--precision", "mixed_float16", *start], False),
         (["--precision", "mixed_float16", "--cpu-devices", "1", *where], False),
         (["--precision", "mixed_bfloat16", *where], False),
-        ([*where], True),
+        ([*start], True),
         (["--cpu-devices", "1", *where], True),
         (["--strategy", "mirrored", *where], False),
+        (["--precision", "mixed_float16", *where], False),  # a preview says it, exit 0
     ]
     out = subprocess.run(
         [sys.executable, "-c", DEVICE_PROBE.format(runs=runs)],
@@ -178,8 +184,10 @@ def test_device_checks_stop_a_run_that_would_silently_use_the_cpu(tmp_path, mult
         code, rest = part.split("\n", 1)
         err, stdout = rest.split("=== OUT\n", 1)
         results.append((int(code), err.strip(), stdout))
-    assert [code for code, _, _ in results] == [2, 0, 0, 2, 0, 0], out.stdout[-3000:]
-    float16, _, _, driver, _, mirrored = results
+    assert [code for code, _, _ in results] == [2, 0, 0, 2, 0, 0, 0], out.stdout[-3000:]
+    float16, _, _, driver, _, mirrored, preview = results
+    assert "on this machine, kt-train would stop: --precision mixed_float16" in preview[2]
+    assert not os.path.exists(tmp_path / "fresh" / "config.json")
     assert float16[1].count("\n") == 0 and float16[1].startswith("kt-train: error: ")
     assert "--precision mixed_float16" in float16[1] and "--cpu-devices" in float16[1]
     assert driver[1].count("\n") == 0 and 'pip install "keras-transformer-nmt[gpu]"' in driver[1]

@@ -228,6 +228,7 @@ def test_decoder_start_zero_ignores_the_bos_row():
     others = np.arange(VOCAB) != 2  # bos's own logit is its row's (tied output projection)
     np.testing.assert_allclose(after[..., others], before[..., others], atol=1e-5)
     paper = tiny()
+    paper.build()
     paper.set_weights(model.get_weights())
     assert not np.allclose(paper.decode(TGT, paper.encode(SRC), SRC).numpy(), before, atol=1e-3)
 

@@ -12,9 +12,11 @@ def import_model(source_dir: str, model_dir: str):
     directory in `model_dir`; returns the `Run`. Raises `ImportFailure` (nothing written)
     for a model it cannot import."""
     from keras_transformer.importers.marian import read
+
+    checkpoint = read(source_dir)  # before TensorFlow is imported: a bad source fails at once
     from keras_transformer.importers.run import write_run
 
-    return write_run(read(source_dir), model_dir)
+    return write_run(checkpoint, model_dir)
 
 
 __all__ = ["import_model"]

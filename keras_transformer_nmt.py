@@ -1,5 +1,5 @@
 """The console scripts of the keras-transformer-nmt distribution (kt-train, kt-export,
-kt-translate, kt-evaluate, kt-score); the library itself is the import package
+kt-translate, kt-evaluate, kt-score, kt-import); the library itself is the import package
 `keras_transformer`.
 
 This module sits outside `keras_transformer` on purpose: when another distribution's
@@ -68,7 +68,7 @@ def shadowed() -> str | None:
 def run(command: str) -> int:
     """The command's `main`; one line on stderr (exit 2) instead when another distribution's
     keras_transformer is found first, or breaks ours when it is imported."""
-    prog = f"kt-{command}"
+    prog = f"kt-{command.rstrip('_')}"  # import_: `import` is a keyword
     where = shadowed()
     if where is not None:
         print(
@@ -113,3 +113,7 @@ def evaluate() -> int:
 
 def score() -> int:
     return run("score")
+
+
+def import_() -> int:
+    return run("import_")

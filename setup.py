@@ -51,8 +51,18 @@ setup(
         "pyyaml>=6",  # kt-train --config FILE
     ],
     extras_require={
-        # ctranslate2: tests/inference/test_export_formats.py checks --format ctranslate2
-        "test": ["pytest>=8", "pytest-xdist>=3", "psutil>=5.9", "ruff>=0.6", "ctranslate2>=4.5,<5"],
+        # ctranslate2: tests/inference/test_export_formats.py checks --format ctranslate2 and
+        # tests/importers/ the OPUS-MT import; safetensors: the Hugging Face layout's import
+        "test": [
+            "pytest>=8",
+            "pytest-xdist>=3",
+            "psutil>=5.9",
+            "ruff>=0.6",
+            "ctranslate2>=4.5,<5",
+            "safetensors>=0.4",
+        ],
+        # kt-import of a Hugging Face Marian directory (model.safetensors, read into numpy)
+        "import": ["safetensors>=0.4"],
         "notebooks": ["jupyter", "nbclient>=0.10", "nbformat>=5", "ipykernel", "matplotlib>=3.8"],
         "serving": ["requests>=2.31"],
         "gpu": ["tensorflow[and-cuda]>=2.21,<2.22"],  # CUDA 12 and cuDNN 9 wheels: docs/gpu.md
@@ -71,6 +81,7 @@ setup(
             "kt-translate=keras_transformer_nmt:translate",
             "kt-evaluate=keras_transformer_nmt:evaluate",
             "kt-score=keras_transformer_nmt:score",
+            "kt-import=keras_transformer_nmt:import_",
         ]
     },
 )

@@ -21,6 +21,13 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 POSITIONAL_KINDS = ("sinusoidal", "learned")
+# The feed-forward activations: the paper's ReLU; swish (x sigmoid(x)); gelu, the exact
+# x Phi(x) (Hugging Face's "gelu"); gelu_sigmoid, x sigmoid(1.702 x) (Marian's "gelu").
+FFN_ACTIVATIONS = ("relu", "swish", "gelu", "gelu_sigmoid")
+# The sinusoid table's channels: "interleaved" (the paper's PE(pos, 2i) = sin, PE(pos, 2i+1) =
+# cos) or "halves" (the d/2 sines then the d/2 cosines of the same frequencies: tensor2tensor,
+# Hugging Face's Marian, CTranslate2).
+SINUSOID_LAYOUTS = ("interleaved", "halves")
 # The special token ids of the one shared vocabulary (SentencePiece is trained with them).
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 RESERVED_IDS = 4
@@ -74,6 +81,15 @@ class TransformerConfig:
         norm_first: pre-norm residual blocks (with a final norm) instead of post-norm.
         positional: "sinusoidal" (section 3.5) or "learned".
         layer_norm_epsilon: epsilon of every LayerNormalization.
+        decoder_layers: the decoder's depth when it differs from the encoder's (None: N).
+        ffn_activation: the feed-forward activation, one of FFN_ACTIVATIONS (paper: relu).
+        output_bias: a bias (V,) added to the output logits (paper: none).
+        sinusoid_layout: "interleaved" (the paper's) or "halves" (sines then cosines).
+        decoder_start_zero: the decoder's first input (the bos position) is a zero
+            embedding instead of bos's row, positions still added (Marian's decoder start).
+
+    The defaults of the last five are the paper's model, and a config that keeps them
+    builds the same weights as before they existed (tests/layers/test_saved_layout.py).
     """
 
     vocab_size: int = 37000
@@ -91,6 +107,11 @@ class TransformerConfig:
     norm_first: bool = False
     positional: str = "sinusoidal"
     layer_norm_epsilon: float = 1e-6
+    decoder_layers: int | None = None
+    ffn_activation: str = "relu"
+    output_bias: bool = False
+    sinusoid_layout: str = "interleaved"
+    decoder_start_zero: bool = False
 
     def __post_init__(self) -> None:
         def fail(name: str, why: str) -> None:
@@ -122,6 +143,19 @@ class TransformerConfig:
             fail("norm_first", "must be True or False")
         if self.positional not in POSITIONAL_KINDS:
             fail("positional", f"must be one of {POSITIONAL_KINDS}")
+        if self.decoder_layers is not None and (
+            not isinstance(self.decoder_layers, int)
+            or isinstance(self.decoder_layers, bool)
+            or self.decoder_layers <= 0
+        ):
+            fail("decoder_layers", "must be a positive integer or None (num_layers)")
+        if self.ffn_activation not in FFN_ACTIVATIONS:
+            fail("ffn_activation", f"must be one of {FFN_ACTIVATIONS}")
+        if self.sinusoid_layout not in SINUSOID_LAYOUTS:
+            fail("sinusoid_layout", f"must be one of {SINUSOID_LAYOUTS}")
+        for name in ("output_bias", "decoder_start_zero"):
+            if not isinstance(getattr(self, name), bool):
+                fail(name, "must be True or False")
         if self.positional == "sinusoidal" and self.d_model % 2:
             raise ConfigError(
                 f"TransformerConfig.d_model must be even with positional='sinusoidal' "
@@ -157,10 +191,35 @@ class TransformerConfig:
     def from_json(cls, text: str) -> TransformerConfig:
         return cls.from_dict(json.loads(text))
 
-    def layer_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments shared by `Encoder` and `Decoder` (the layers never see this class)."""
+    @property
+    def num_decoder_layers(self) -> int:
+        """The decoder's depth: `decoder_layers`, or N when it is None."""
+        return self.num_layers if self.decoder_layers is None else self.decoder_layers
+
+    def layer_kwargs(self, part: str = "encoder") -> dict[str, Any]:
+        """Keyword arguments of one part of the model (the layers never see this class):
+        "encoder" and "decoder" (the stacks: `Encoder`, `Decoder`), "embedding"
+        (`SharedEmbedding`) or "positional" (`PositionalEncoding` or
+        `LearnedPositionalEmbedding`). An option left at its default is not passed, so the
+        layers' configs stay those of the paper's model."""
+        if part == "embedding":
+            return dict(
+                vocab_size=self.vocab_size,
+                d_model=self.d_model,
+                **({"output_bias": True} if self.output_bias else {}),
+            )
+        if part == "positional":
+            if self.positional == "learned":
+                return dict(max_length=self.max_length, d_model=self.d_model)
+            layout = self.sinusoid_layout
+            return dict(
+                d_model=self.d_model, **({"layout": layout} if layout != "interleaved" else {})
+            )
+        if part not in ("encoder", "decoder"):
+            raise ConfigError(f"unknown model part {part!r}")
+        activation = self.ffn_activation
         return dict(
-            num_layers=self.num_layers,
+            num_layers=self.num_layers if part == "encoder" else self.num_decoder_layers,
             d_model=self.d_model,
             d_ff=self.d_ff,
             num_heads=self.num_heads,
@@ -171,4 +230,5 @@ class TransformerConfig:
             ffn_dropout=self.ffn_dropout,
             norm_first=self.norm_first,
             layer_norm_epsilon=self.layer_norm_epsilon,
+            **({"ffn_activation": activation} if activation != "relu" else {}),
         )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from keras_transformer.config import TransformerConfig
+from keras_transformer.config import BOS_ID, TransformerConfig
 from keras_transformer.layers import (
     Decoder,
     Dropout,
@@ -20,6 +20,10 @@ from keras_transformer.layers import (
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class Transformer(keras.Model):
     """Vaswani et al. (2017): shared embeddings, N encoder and N decoder layers.
+
+    The config's named deviations (a decoder depth of its own, the feed-forward activation,
+    an output bias, the sinusoid layout, a zero decoder start) are those of Marian's
+    Transformer, so that OPUS-MT models import (`keras_transformer.importers.marian`).
 
     Args:
         config: a `TransformerConfig` (or its dict).
@@ -50,32 +54,22 @@ class Transformer(keras.Model):
             config = TransformerConfig.from_dict(config)
         self.config = config
         self.embedding = SharedEmbedding(
-            vocab_size=config.vocab_size,
-            d_model=config.d_model,
-            dtype=self.dtype_policy,
-            name="embedding",
+            **config.layer_kwargs("embedding"), dtype=self.dtype_policy, name="embedding"
         )
-        if config.positional == "learned":
-            self.positional = LearnedPositionalEmbedding(
-                max_length=config.max_length,
-                d_model=config.d_model,
-                dtype=self.dtype_policy,
-                name="positional",
-            )
-        else:
-            self.positional = PositionalEncoding(
-                d_model=config.d_model, dtype=self.dtype_policy, name="positional"
-            )
+        positional_class = (
+            LearnedPositionalEmbedding if config.positional == "learned" else PositionalEncoding
+        )
+        self.positional = positional_class(
+            **config.layer_kwargs("positional"), dtype=self.dtype_policy, name="positional"
+        )
         self.embedding_dropout = Dropout(
             config.dropout_rate, dtype=self.dtype_policy, name="embedding_dropout"
         )
         # the stacks return their attention weights too (the softmax computes them anyway):
         # encode/decode keep the outputs, attention_weights keeps the weights
-        stack_kwargs = dict(
-            **config.layer_kwargs(), return_attention_scores=True, dtype=self.dtype_policy
-        )
-        self.encoder = Encoder(**stack_kwargs, name="encoder")
-        self.decoder = Decoder(**stack_kwargs, name="decoder")
+        stack_kwargs = dict(return_attention_scores=True, dtype=self.dtype_policy)
+        self.encoder = Encoder(**config.layer_kwargs("encoder"), **stack_kwargs, name="encoder")
+        self.decoder = Decoder(**config.layer_kwargs("decoder"), **stack_kwargs, name="decoder")
 
     def build(self, input_shape=None):
         if self.built:  # a later build() is a no-op
@@ -86,8 +80,11 @@ class Transformer(keras.Model):
 
     # -- the pieces ------------------------------------------------------------------------
 
-    def _embed(self, ids, offset=0, training=None):
-        x = self.positional(self.embedding(ids), offset=offset)
+    def _embed(self, ids, offset=0, training=None, decoder=False):
+        x = self.embedding(ids)
+        if decoder and self.config.decoder_start_zero:  # the bos position: a zero embedding
+            x = x * tf.cast(tf.not_equal(ids, BOS_ID), x.dtype)[..., tf.newaxis]
+        x = self.positional(x, offset=offset)
         return self.embedding_dropout(x, training=training)
 
     def encode(self, source_ids, training=False):
@@ -113,7 +110,7 @@ class Transformer(keras.Model):
         """-> (decoder output (B, T, d_model), {"self": [...], "cross": [...]} weights)."""
         target_in_ids = tf.convert_to_tensor(target_in_ids, tf.int32)
         return self.decoder(
-            self._embed(target_in_ids, training=training),
+            self._embed(target_in_ids, training=training, decoder=True),
             memory,
             self_attention_mask=masks.causal_mask(tf.shape(target_in_ids)[1]),
             memory_mask=masks.key_padding_mask(tf.convert_to_tensor(source_ids, tf.int32)),
@@ -191,7 +188,7 @@ class Transformer(keras.Model):
                             "recent_v": empty(d_v),
                         }
                     )
-                    for i in range(cfg.num_layers)
+                    for i in range(cfg.num_decoder_layers)
                 },
             },
             "constant": {"output_kernel": self.embedding.output_kernel()},
@@ -231,7 +228,7 @@ class Transformer(keras.Model):
             slots = tf.where(column, slot[:, tf.newaxis], slots)
         else:
             slots = tf.concat([slots, slot[:, tf.newaxis]], axis=1)
-        x = self._embed(ids_t[:, tf.newaxis], offset=step)
+        x = self._embed(ids_t[:, tf.newaxis], offset=step, decoder=True)
         x, self_cache, _ = self.decoder(
             x,
             self_attention_mask=masks.history_mask(slots, sentences),

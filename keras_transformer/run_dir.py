@@ -1,7 +1,8 @@
 """`Run`: the one object that writes and reads a training run's `--model-dir`.
 
     config.json      the resolved configuration: {"model": ..., "training": ...}
-    spm.model        the joint SentencePiece model
+    spm.model        the joint SentencePiece model; an imported OPUS-MT model
+                     (`kt-import`) has source.spm, target.spm and vocab.json instead
     checkpoints/     tf.train.Checkpoint files (model, optimizer, loss scale, data position,
                      dropout RNG state, best BLEU; with --ema-decay the moving averages of
                      the trainable weights, `ema/<i>`), newest last
@@ -30,6 +31,7 @@ from keras_transformer.files import write_atomic
 
 CONFIG_FILE = "config.json"
 TOKENIZER_FILE = "spm.model"
+MARIAN_VOCAB_FILE = "vocab.json"  # data.marian_tokenizer.VOCAB_FILE
 CHECKPOINT_DIR = "checkpoints"
 BEST_DIR = "best"
 LOG_DIR = "logs"
@@ -99,14 +101,29 @@ class Run:
     def load_tokenizer(self):
         from keras_transformer.data.tokenizer import SubwordTokenizer
 
+        if self.isfile(MARIAN_VOCAB_FILE):  # an imported OPUS-MT model (kt-import)
+            from keras_transformer.data.marian_tokenizer import MarianTokenizer
+
+            return MarianTokenizer.from_files(self._read_bytes)
         path = self.path(TOKENIZER_FILE)
         if not self.isfile(TOKENIZER_FILE):
             raise RunDirError(f"{path} not found")
         return SubwordTokenizer.load(path)
 
+    def _read_bytes(self, name: str) -> bytes:
+        if not self.isfile(name):
+            raise RunDirError(f"{self.path(name)} not found")
+        with tf.io.gfile.GFile(self.path(name), "rb") as handle:
+            return handle.read()
+
     def save_tokenizer(self, tokenizer) -> None:
-        """Write spm.model and make it the asset that exports of this tokenizer carry."""
+        """Write spm.model and make it the asset that exports of this tokenizer carry (an
+        imported OPUS-MT model's tokenizer: its own files, `MarianTokenizer.files()`)."""
         tf.io.gfile.makedirs(self.model_dir)
+        if hasattr(tokenizer, "files"):
+            for name, data in tokenizer.files().items():
+                write_atomic(self.path(name), data)
+            return
         write_atomic(self.path(TOKENIZER_FILE), tokenizer.proto)
         tokenizer.model_asset = tf.saved_model.Asset(self.path(TOKENIZER_FILE))
 

@@ -48,6 +48,11 @@ def test_overrides_and_json_round_trip():
         ({"label_smoothing": -0.1}, "label_smoothing"),
         ({"layer_norm_epsilon": 0.0}, "layer_norm_epsilon"),
         ({"norm_first": "yes"}, "norm_first"),
+        ({"decoder_layers": 0}, "decoder_layers"),
+        ({"ffn_activation": "tanh"}, "ffn_activation must be one of"),
+        ({"sinusoid_layout": "diagonal"}, "sinusoid_layout must be one of"),
+        ({"output_bias": 1}, "output_bias must be True or False"),
+        ({"decoder_start_zero": "yes"}, "decoder_start_zero"),
     ],
 )
 def test_invalid_values_are_named(kwargs, match):
@@ -142,3 +147,32 @@ def test_d_k_and_d_v_reach_the_attention_layers():
     assert attention.kv_kernel.shape == (64, 4 * (8 + 24))
     assert attention.output_kernel.shape == (4 * 24, 64)
     assert TransformerConfig.from_json(config.to_json()) == config
+
+
+def test_marian_options_reach_the_layers_and_defaults_pass_nothing_new():
+    paper = TransformerConfig.preset("tiny", vocab_size=50)
+    for part in ("encoder", "decoder", "embedding", "positional"):
+        kwargs = paper.layer_kwargs(part)
+        assert not {"ffn_activation", "output_bias", "layout"} & set(kwargs), part
+    assert paper.layer_kwargs("decoder")["num_layers"] == paper.num_layers
+    config = paper.replace(
+        decoder_layers=3,
+        ffn_activation="swish",
+        output_bias=True,
+        sinusoid_layout="halves",
+        decoder_start_zero=True,
+    )
+    assert TransformerConfig.from_json(config.to_json()) == config
+    assert config.layer_kwargs("encoder")["num_layers"] == 2
+    assert config.layer_kwargs("decoder")["num_layers"] == 3
+    assert config.layer_kwargs("decoder")["ffn_activation"] == "swish"
+    assert config.layer_kwargs("embedding")["output_bias"] is True
+    assert config.layer_kwargs("positional")["layout"] == "halves"
+    model = Transformer(config)
+    model.build()
+    assert len(model.encoder.blocks) == 2 and len(model.decoder.blocks) == 3
+    assert model.decoder.blocks[2].feed_forward.sublayer.activation == "swish"
+    assert model.positional.layout == "halves"
+    assert model.embedding.bias.shape == (50,)
+    with pytest.raises(ConfigError, match="unknown model part"):
+        config.layer_kwargs("softmax")

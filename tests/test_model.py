@@ -190,3 +190,56 @@ def test_a_saved_model_loads_in_a_fresh_process(tmp_path, imports):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert out.returncode == 0, out.stderr[-2000:]
     np.testing.assert_allclose(np.load(tmp_path / "got.npy"), want, atol=1e-5)
+
+
+MARIAN_LIKE = dict(
+    decoder_layers=3,
+    ffn_activation="swish",
+    output_bias=True,
+    sinusoid_layout="halves",
+    decoder_start_zero=True,
+)
+
+
+@pytest.mark.parametrize("overrides", [MARIAN_LIKE, {"decoder_layers": 1}])
+def test_decode_step_reproduces_decode_with_the_marian_options(overrides):
+    model = tiny(**overrides)
+    model.build()
+    if model.embedding.bias is not None:
+        model.embedding.bias.assign(np.linspace(-1, 1, VOCAB))
+    assert len(model.decoder.blocks) == overrides["decoder_layers"]
+    assert len(model.encoder.blocks) == 2
+    memory = model.encode(SRC)
+    full = model.decode(TGT, memory, SRC).numpy()
+    cache = model.init_cache(memory, SRC)
+    for t in range(TGT.shape[1]):
+        logits_t, cache = model.decode_step(TGT[:, t], t, cache)
+        np.testing.assert_allclose(logits_t.numpy(), full[:, t], atol=1e-4)
+
+
+def test_decoder_start_zero_ignores_the_bos_row():
+    model = tiny(decoder_start_zero=True)
+    memory = model.encode(SRC)
+    before = model.decode(TGT, memory, SRC).numpy()
+    table = model.embedding.embeddings.numpy()
+    table[2] = np.random.default_rng(3).normal(size=table.shape[1])  # bos's row
+    model.embedding.embeddings.assign(table)
+    after = model.decode(TGT, memory, SRC).numpy()
+    others = np.arange(VOCAB) != 2  # bos's own logit is its row's (tied output projection)
+    np.testing.assert_allclose(after[..., others], before[..., others], atol=1e-5)
+    paper = tiny()
+    paper.build()
+    paper.set_weights(model.get_weights())
+    assert not np.allclose(paper.decode(TGT, paper.encode(SRC), SRC).numpy(), before, atol=1e-3)
+
+
+def test_marian_options_round_trip_through_the_config(tmp_path):
+    model = tiny(**MARIAN_LIKE)
+    model.build()
+    model.embedding.bias.assign(np.linspace(-1, 1, VOCAB))
+    logits = model((SRC, TGT)).numpy()
+    path = str(tmp_path / "m.keras")
+    model.save(path)
+    revived = keras.saving.load_model(path)
+    assert revived.config == model.config
+    np.testing.assert_allclose(revived((SRC, TGT)).numpy(), logits, atol=1e-5)

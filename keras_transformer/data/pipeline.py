@@ -65,7 +65,9 @@ def tokenize_pairs(
 
     def encode(src, tgt, call=None):
         if subword is None:
-            src_ids, tgt_ids = tokenizer.tokenize(src), tokenizer.tokenize(tgt)
+            # an imported OPUS-MT model cuts its targets with their own SentencePiece model
+            tokenize_target = getattr(tokenizer, "tokenize_target", tokenizer.tokenize)
+            src_ids, tgt_ids = tokenizer.tokenize(src), tokenize_target(tgt)
         else:
             call_seed = tf.random.experimental.stateless_fold_in(seed, call)
             src_ids, tgt_ids = (

@@ -77,27 +77,40 @@ def write_ctranslate2(
     its weights stored in `quantization` (one of QUANTIZATIONS; CTranslate2 may convert
     again at load time, compute_type). `source_eos`: CTranslate2 appends eos to every
     source, as our translator does."""
-    from ctranslate2.specs import transformer_spec
+    from ctranslate2.specs import common_spec, transformer_spec
 
     from keras_transformer.layers.embedding import sinusoid_table
 
     cfg = model.config
     if cfg.positional != "sinusoidal":
         raise ValueError("only sinusoidal positions are converted")
+    activations = {
+        "relu": common_spec.Activation.RELU,
+        "swish": common_spec.Activation.SWISH,
+        "gelu": common_spec.Activation.GELU,
+        "gelu_sigmoid": common_spec.Activation.GELUSigmoid,
+    }
     spec = transformer_spec.TransformerSpec.from_config(
-        cfg.num_layers, cfg.num_heads, pre_norm=cfg.norm_first
+        (cfg.num_layers, cfg.num_decoder_layers),
+        cfg.num_heads,
+        pre_norm=cfg.norm_first,
+        activation=activations[cfg.ffn_activation],
     )
     spec.config.layer_norm_epsilon = cfg.layer_norm_epsilon
     spec.config.add_source_eos = source_eos
     embedding = np.asarray(model.embedding.embeddings, np.float32)
-    positions = sinusoid_table(np.arange(max_positions), cfg.d_model).numpy()
+    positions = sinusoid_table(np.arange(max_positions), cfg.d_model, cfg.sinusoid_layout).numpy()
     for side in (spec.encoder, spec.decoder):
         side.scale_embeddings = True  # x sqrt(d_model), as ours
         side.position_encodings.encodings = positions
     spec.encoder.embeddings[0].weight = embedding
     spec.decoder.embeddings.weight = embedding
     spec.decoder.projection.weight = embedding  # tied, as ours
-    spec.decoder.projection.bias = np.zeros(cfg.vocab_size, np.float32)
+    bias = model.embedding.bias
+    spec.decoder.projection.bias = (
+        np.zeros(cfg.vocab_size, np.float32) if bias is None else np.asarray(bias, np.float32)
+    )
+    spec.decoder.start_from_zero_embedding = cfg.decoder_start_zero
     for layer, ours in zip(spec.encoder.layer, model.encoder.blocks, strict=True):
         _attention(layer.self_attention, ours.self_attention)
         _feed_forward(layer.ffn, ours.feed_forward)

@@ -103,7 +103,7 @@ class Translator(tf.Module):
         self.max_output_length = (
             model.config.max_length if model.config.positional == "learned" else None
         )
-        layers = model.config.num_layers
+        layers = model.config.num_decoder_layers
         layer = max(layers - 2, 0) if attention_layer is None else attention_layer
         if not -layers <= layer < layers:
             raise opt.DecodingOptionsError(
@@ -122,10 +122,15 @@ class Translator(tf.Module):
 
     # -- pieces ----------------------------------------------------------------------------
 
-    def _tokenize(self, strings):
-        """(B,) strings -> ragged ids, without bos/eos, on the CPU."""
+    def _tokenize(self, strings, target=False):
+        """(B,) strings -> ragged ids, without bos/eos, on the CPU; `target`: with the
+        target side's SentencePiece model where the tokenizer has one (an imported OPUS-MT
+        model, data/marian_tokenizer.py)."""
+        tokenizer = self.tokenizer.tokenizer
         with tf.device(TOKENIZER_DEVICE):
-            return self.tokenizer.tokenizer.tokenize(strings)
+            if target and hasattr(tokenizer, "tokenize_target"):
+                return tokenizer.tokenize_target(strings)
+            return tokenizer.tokenize(strings)
 
     def _pieces(self, ids):
         """(B, T) ids -> their SentencePiece pieces, "" for padding, on the CPU."""
@@ -155,7 +160,7 @@ class Translator(tf.Module):
 
     def _cut_targets(self, strings, room=1):
         """(`_targets`, (B,) bool: cut)."""
-        ids = self._tokenize(self._clean(strings))
+        ids = self._tokenize(self._clean(strings), target=True)
         if self.max_output_length is None:
             return ids, tf.zeros(tf.shape(strings)[:1], tf.bool)
         return ids[:, : self.max_output_length - room], ids.row_lengths() > (

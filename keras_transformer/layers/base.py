@@ -6,7 +6,7 @@ from __future__ import annotations
 import keras
 
 from keras_transformer.layers.attention import MultiHeadAttention, head_depths
-from keras_transformer.layers.feed_forward import PositionwiseFeedForward
+from keras_transformer.layers.feed_forward import PositionwiseFeedForward, check_activation
 from keras_transformer.layers.residual import Residual
 
 _BLOCK_ARGS = (
@@ -43,11 +43,13 @@ class BlockLayer(keras.layers.Layer):
         ffn_dropout: float = 0.0,
         norm_first: bool = False,
         layer_norm_epsilon: float = 1e-6,
+        ffn_activation: str = "relu",
         return_attention_scores: bool = False,
         **kwargs,
     ):
         super().__init__(**kwargs)
         self.d_k, self.d_v = head_depths(d_model, num_heads, d_k, d_v)
+        check_activation(ffn_activation)
         if d_ff <= 0:
             raise ValueError(f"d_ff must be positive, got {d_ff}")
         for name, rate in (
@@ -65,11 +67,17 @@ class BlockLayer(keras.layers.Layer):
         self.ffn_dropout = ffn_dropout
         self.norm_first = norm_first
         self.layer_norm_epsilon = layer_norm_epsilon
+        self.ffn_activation = ffn_activation
         self.return_attention_scores = return_attention_scores
 
     def block_kwargs(self) -> dict:
-        """The shared arguments, to build sublayers with the same settings."""
-        return {name: getattr(self, name) for name in _BLOCK_ARGS}
+        """The shared arguments, to build sublayers with the same settings (an activation
+        other than the paper's ReLU included; ReLU is left out, so the configs of the
+        paper's layers stay as they were saved)."""
+        kwargs = {name: getattr(self, name) for name in _BLOCK_ARGS}
+        if self.ffn_activation != "relu":
+            kwargs["ffn_activation"] = self.ffn_activation
+        return kwargs
 
     def _residual(self, sublayer: keras.layers.Layer, name: str) -> Residual:
         """`sublayer` wrapped in residual + dropout + norm, built, named by its role."""
@@ -104,6 +112,7 @@ class BlockLayer(keras.layers.Layer):
             d_model=self.d_model,
             d_ff=self.d_ff,
             ffn_dropout=self.ffn_dropout,
+            activation=self.ffn_activation,
             dtype=self.dtype_policy,
             name="sublayer",
         )

@@ -20,6 +20,7 @@ class SharedEmbedding(keras.layers.Layer):
         vocab_size: V.
         d_model: embedding width.
         scale: multiply looked-up embeddings by sqrt(d_model) (paper: True).
+        output_bias: add a learned bias (V,) to the logits (paper: False; Marian has one).
 
     Call arguments:
         inputs: (B, T) int token ids.
@@ -34,7 +35,15 @@ class SharedEmbedding(keras.layers.Layer):
         TensorShape([1, 3, 16])
     """
 
-    def __init__(self, *, vocab_size: int, d_model: int, scale: bool = True, **kwargs):
+    def __init__(
+        self,
+        *,
+        vocab_size: int,
+        d_model: int,
+        scale: bool = True,
+        output_bias: bool = False,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         if vocab_size <= 0 or d_model <= 0:
             raise ValueError(
@@ -43,6 +52,7 @@ class SharedEmbedding(keras.layers.Layer):
         self.vocab_size = vocab_size
         self.d_model = d_model
         self.scale = scale
+        self.output_bias = output_bias
 
     def build(self, input_shape=None):
         self.embeddings = self.add_weight(
@@ -50,6 +60,11 @@ class SharedEmbedding(keras.layers.Layer):
             shape=(self.vocab_size, self.d_model),
             initializer=keras.initializers.RandomNormal(stddev=self.d_model**-0.5),
         )
+        self.bias = None
+        if self.output_bias:
+            self.bias = self.add_weight(
+                name="output_bias", shape=(self.vocab_size,), initializer="zeros"
+            )
         self.built = True
 
     def call(self, inputs):
@@ -75,7 +90,10 @@ class SharedEmbedding(keras.layers.Layer):
         else:
             out = tf.matmul(flat, tf.cast(kernel, flat.dtype))
         out = tf.reshape(out, tf.concat([tf.shape(x)[:-1], [self.vocab_size]], 0))
-        return tf.cast(out, tf.float32)
+        out = tf.cast(out, tf.float32)
+        if self.bias is not None:  # added in float32, after the matmul
+            out = out + self.bias
+        return out
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape) + (self.d_model,)
@@ -86,16 +104,27 @@ class SharedEmbedding(keras.layers.Layer):
             "vocab_size": self.vocab_size,
             "d_model": self.d_model,
             "scale": self.scale,
+            **({"output_bias": True} if self.output_bias else {}),
         }
 
 
-def sinusoid_table(positions: tf.Tensor, d_model: int) -> tf.Tensor:
+SINUSOID_LAYOUTS = ("interleaved", "halves")
+
+
+def sinusoid_table(positions: tf.Tensor, d_model: int, layout: str = "interleaved") -> tf.Tensor:
     """Paper section 3.5: PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...).
 
-    positions (T,) -> (T, d_model) float32, sines on even and cosines on odd channels.
+    positions (T,) -> (T, d_model) float32. "interleaved" (the paper's): sines on even and
+    cosines on odd channels; "halves": the d/2 sines on channels [0, d/2), the cosines of the
+    same frequencies on [d/2, d) (Hugging Face's Marian and CTranslate2; Marian's C++ has
+    these halves too, with frequencies 10000^(-i/(d/2 - 1)) instead).
     """
+    if layout not in SINUSOID_LAYOUTS:
+        raise ValueError(f"layout must be one of {SINUSOID_LAYOUTS}, got {layout!r}")
     inv_freq = 1.0 / np.power(10000.0, np.arange(0, d_model, 2, dtype=np.float64) / d_model)
     angles = tf.cast(positions, tf.float32)[:, tf.newaxis] * tf.constant(inv_freq, tf.float32)
+    if layout == "halves":
+        return tf.concat([tf.sin(angles), tf.cos(angles)], axis=-1)
     # interleave: stack on a last axis then flatten -> [sin0, cos0, sin1, cos1, ...]
     table = tf.stack([tf.sin(angles), tf.cos(angles)], axis=-1)
     return tf.reshape(table, [-1, (d_model // 2) * 2])[:, :d_model]
@@ -107,6 +136,7 @@ class PositionalEncoding(keras.layers.Layer):
 
     Args:
         d_model: width of the inputs (must be even).
+        layout: "interleaved" (the paper's) or "halves" (see `sinusoid_table`).
 
     Call arguments:
         inputs: (B, T, d_model).
@@ -116,24 +146,30 @@ class PositionalEncoding(keras.layers.Layer):
         (B, T, d_model): inputs + PE[offset : offset + T].
     """
 
-    def __init__(self, *, d_model: int, **kwargs):
+    def __init__(self, *, d_model: int, layout: str = "interleaved", **kwargs):
         super().__init__(**kwargs)
         if d_model <= 0 or d_model % 2:
             raise ValueError(f"d_model must be a positive even number, got {d_model}")
+        if layout not in SINUSOID_LAYOUTS:
+            raise ValueError(f"layout must be one of {SINUSOID_LAYOUTS}, got {layout!r}")
         self.d_model = d_model
+        self.layout = layout
 
     def build(self, input_shape=None):
         self.built = True
 
     def call(self, inputs, offset=0):
         positions = tf.range(tf.shape(inputs)[1]) + tf.cast(offset, tf.int32)
-        return inputs + tf.cast(sinusoid_table(positions, self.d_model), inputs.dtype)
+        table = sinusoid_table(positions, self.d_model, self.layout)
+        return inputs + tf.cast(table, inputs.dtype)
 
     def compute_output_shape(self, input_shape):
         return input_shape
 
     def get_config(self):
-        return {**super().get_config(), "d_model": self.d_model}
+        # the paper's layout is left out: its config stays as it was saved
+        layout = {"layout": self.layout} if self.layout != "interleaved" else {}
+        return {**super().get_config(), "d_model": self.d_model, **layout}
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")

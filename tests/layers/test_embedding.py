@@ -87,3 +87,51 @@ def test_bad_arguments_raise_value_error():
         PositionalEncoding(d_model=7)
     with pytest.raises(ValueError, match="positive"):
         SharedEmbedding(vocab_size=0, d_model=8)
+
+
+def test_sinusoid_halves_layout_matches_the_numpy_formula():
+    # Hugging Face's Marian / CTranslate2: sin(pos w_i) on [0, d/2), cos(pos w_i) on [d/2, d)
+    d, positions = 16, np.arange(40)
+    w = 1.0 / np.power(10000.0, 2 * np.arange(d // 2) / d)
+    angles = positions[:, None] * w[None, :]
+    expected = np.concatenate([np.sin(angles), np.cos(angles)], axis=1)
+    table = sinusoid_table(tf.constant(positions), d, "halves").numpy()
+    np.testing.assert_allclose(table, expected, atol=1e-5)
+    # the same values as the interleaved table, channels permuted
+    interleaved = sinusoid_table(tf.constant(positions), d).numpy()
+    np.testing.assert_allclose(interleaved[:, 0::2], expected[:, : d // 2], atol=1e-6)
+    np.testing.assert_allclose(interleaved[:, 1::2], expected[:, d // 2 :], atol=1e-6)
+
+
+def test_positional_encoding_halves_layer_adds_its_table_and_round_trips():
+    run_layer_test(
+        PositionalEncoding,
+        {"d_model": 8, "layout": "halves"},
+        (X,),
+        expected_output_shape=(2, 4, 8),
+        expected_num_trainable_weights=0,
+    )
+    layer = PositionalEncoding(d_model=8, layout="halves")
+    expected = X + sinusoid_table(tf.range(2, 6), 8, "halves").numpy()
+    np.testing.assert_allclose(layer(X, offset=2).numpy(), expected, atol=1e-6)
+    with pytest.raises(ValueError, match="layout"):
+        PositionalEncoding(d_model=8, layout="diagonal")
+
+
+def test_output_bias_is_added_to_the_logits_in_float32():
+    run_layer_test(
+        SharedEmbedding,
+        {"vocab_size": 11, "d_model": 8, "output_bias": True},
+        (IDS,),
+        expected_output_shape=(2, 4, 8),
+        expected_num_trainable_weights=2,
+    )
+    layer = SharedEmbedding(vocab_size=11, d_model=8, output_bias=True)
+    layer.build()
+    bias = np.arange(11, dtype=np.float32) - 5.0
+    layer.bias.assign(bias)
+    expected = X @ layer.embeddings.numpy().T + bias
+    np.testing.assert_allclose(layer.logits(tf.constant(X)).numpy(), expected, rtol=1e-5)
+    kernel = layer.output_kernel()
+    np.testing.assert_allclose(layer.logits(tf.constant(X), kernel=kernel), expected, rtol=1e-5)
+    assert "output_bias" not in SharedEmbedding(vocab_size=11, d_model=8).get_config()

@@ -1,0 +1,118 @@
+"""kt-import of a small random OPUS-MT model, checked against CTranslate2's Marian converter."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tests.importers import marian_fixture as mf
+
+DATA = os.path.join(os.environ.get("KT_DATA_DIR", "/work/shared/data"), "multi30k")
+
+
+@pytest.fixture(scope="module")
+def marian(tmp_path_factory):
+    root = tmp_path_factory.mktemp("opus")
+    vocab, weights, opts = mf.make_marian_dir(str(root / "marian"), DATA)
+    return str(root), vocab, weights, opts
+
+
+@pytest.mark.slow
+def test_imported_scores_and_greedy_equal_ctranslate2(marian):
+    import ctranslate2
+    import sentencepiece as spm
+    from ctranslate2.converters import MarianConverter
+
+    from keras_transformer.importers import import_model
+    from keras_transformer.inference.translator import Translator
+    from keras_transformer.run_dir import Run
+
+    root, *_ = marian
+    mdir = os.path.join(root, "marian")
+    run = import_model(mdir, os.path.join(root, "run"))
+    npz = next(f for f in os.listdir(mdir) if f.endswith(".npz"))
+    yml = os.path.join(mdir, "opus.spm32k-spm32k.vocab.yml")
+    MarianConverter(os.path.join(mdir, npz), [yml, yml]).convert(os.path.join(root, "ct2"))
+    reference = ctranslate2.Translator(os.path.join(root, "ct2"), device="cpu")
+    src = mf.multi30k_lines(DATA, "en", 16, "val")
+    tgt = mf.multi30k_lines(DATA, "de", 16, "val")
+    source_spm = spm.SentencePieceProcessor(model_file=os.path.join(mdir, "source.spm"))
+    target_spm = spm.SentencePieceProcessor(model_file=os.path.join(mdir, "target.spm"))
+    src_pieces = [source_spm.encode(s, out_type=str) for s in src]
+    expected = reference.score_batch(src_pieces, [target_spm.encode(t, out_type=str) for t in tgt])
+    model, tokenizer = Run(run.model_dir).load_model()
+    translator = Translator(model, tokenizer, beam_size=1, alpha=0.0, stop_rule="top")
+    out = translator.score(tf.constant(src), tf.constant(tgt))
+    for j, result in enumerate(expected):
+        ours = out["token_scores"].numpy()[j][: len(result.log_probs)]
+        np.testing.assert_allclose(ours, result.log_probs, atol=1e-4)
+        pieces = [p.decode() for p in out["target_tokens"].numpy()[j] if p]
+        assert pieces == result.tokens
+    ours = translator(tf.constant(src))["outputs"].numpy()
+    for j, pieces in enumerate(src_pieces):
+        greedy = reference.translate_batch(
+            [pieces], beam_size=1, max_decoding_length=len(pieces) + 50
+        )[0].hypotheses[0]
+        assert ours[j].decode() == "".join(greedy).replace("\u2581", " ").lstrip(" "), j
+
+
+@pytest.mark.slow
+def test_the_hugging_face_layout_imports_to_the_same_weights(marian):
+    from keras_transformer.importers.marian import read
+
+    root, vocab, weights, opts = marian
+    mf.write_huggingface_dir(
+        os.path.join(root, "hf"), os.path.join(root, "marian"), vocab, weights, opts
+    )
+    a, b = read(os.path.join(root, "marian")), read(os.path.join(root, "hf"))
+    assert a.config == b.config and a.vocab == b.vocab
+    assert sorted(a.weights) == sorted(b.weights)
+    for name in a.weights:
+        np.testing.assert_array_equal(a.weights[name].reshape(-1), b.weights[name].reshape(-1))
+
+
+def kt_import(*args):
+    return subprocess.run(
+        [sys.executable, "-m", "keras_transformer.cli.import_", *args],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+
+
+@pytest.mark.slow
+def test_bad_inputs_exit_2_with_one_line(marian, tmp_path):
+    root, vocab, weights, opts = marian
+    bad = tmp_path / "nospecial"
+    bad.mkdir()
+    for name in os.listdir(os.path.join(root, "marian")):
+        data = open(os.path.join(root, "marian", name), "rb").read()
+        (bad / name).write_bytes(data)
+    npz = next(f for f in os.listdir(bad) if f.endswith(".npz"))
+    np.savez(bad / npz, **weights)  # no special:model.yml
+    cases = [
+        (str(tmp_path / "missing"), "is not a directory"),
+        (str(bad), "has no special:model.yml"),
+    ]
+    swish = tmp_path / "tanh"
+    swish.mkdir()
+    for name in os.listdir(os.path.join(root, "marian")):
+        (swish / name).write_bytes(open(os.path.join(root, "marian", name), "rb").read())
+    mf.write_npz(str(swish / npz), weights, {**opts, "transformer-ffn-activation": "tanh"})
+    cases.append((str(swish), "--transformer-ffn-activation 'tanh' is not supported"))
+    short = tmp_path / "vocab"
+    short.mkdir()
+    for name in os.listdir(os.path.join(root, "marian")):
+        (short / name).write_bytes(open(os.path.join(root, "marian", name), "rb").read())
+    mf.write_vocab_yml(str(short / "opus.spm32k-spm32k.vocab.yml"), vocab[:-5])
+    cases.append((str(short), "the vocabulary is not this model's"))
+    for source, message in cases:
+        out = kt_import(source, "--model-dir", str(tmp_path / "run"))
+        assert out.returncode == 2, out.stderr
+        lines = out.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("kt-import: error: "), out.stderr
+        assert message in lines[0], lines[0]
+        assert not (tmp_path / "run").exists()

@@ -6,23 +6,22 @@ SOURCE_DIR is the model as downloaded, in either layout: a Marian model director
 the model .npz, the vocabulary .yml, source.spm, target.spm: what OPUS-MT's zips hold) or a
 Hugging Face Marian directory (config.json, model.safetensors, vocab.json, source.spm,
 target.spm). Nothing is downloaded. RUN is then used as a trained run: kt-export --model-dir
-RUN, kt-train --init-from RUN (fine-tuning). See docs/opus-mt.md.
+RUN, kt-translate, kt-evaluate, kt-score. See docs/migrating.md.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 from keras_transformer.cli.common import (
     ArgumentParser,
     add_log_level_flag,
+    add_version_flag,
     flag_error,
+    import_tensorflow,
     setup_logging,
 )
-
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
 def main(argv=None, prog: str = "kt-import") -> int:
@@ -32,8 +31,10 @@ def main(argv=None, prog: str = "kt-import") -> int:
     parser.add_argument("source_dir", metavar="SOURCE_DIR", help="the downloaded model directory")
     parser.add_argument("--model-dir", required=True, help="the run directory to write (new)")
     add_log_level_flag(parser)
+    add_version_flag(parser)
     args = parser.parse_args(argv)
     setup_logging(args.log_level)
+    import_tensorflow(args.log_level)
 
     from keras_transformer.errors import KerasTransformerError
     from keras_transformer.importers import import_model

@@ -15,7 +15,7 @@ from keras_transformer.cli.common import setup_logging
 from keras_transformer.settings.args import TrainArgs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-COMMANDS = ("train", "export", "translate", "evaluate", "score")
+COMMANDS = ("train", "export", "translate", "evaluate", "score", "import_")
 
 
 class Stats:
@@ -105,7 +105,8 @@ def test_every_command_prints_its_version(name):
     from keras_transformer import __version__
 
     out = command("-m", f"keras_transformer.cli.{name}", "--version")
-    assert (out.returncode, out.stdout, out.stderr) == (0, f"kt-{name} {__version__}\n", "")
+    prog = f"kt-{name.rstrip('_')}"  # cli/import_.py is kt-import
+    assert (out.returncode, out.stdout, out.stderr) == (0, f"{prog} {__version__}\n", "")
 
 
 def test_kt_export_version_with_a_number_still_numbers_the_export():

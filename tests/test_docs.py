@@ -44,6 +44,7 @@ COMMANDS = {
     "kt-translate": "translate",
     "kt-evaluate": "evaluate",
     "kt-score": "score",
+    "kt-import": "import_",
     "train.py": "train",
     "export.py": "export",
 }
@@ -139,13 +140,18 @@ def parse_with_the_real_parser(command: str, argv: list[str], monkeypatch) -> No
     Raises AssertionError with argparse's message when the command line does not parse
     (an abbreviated flag included: it would break as soon as a second flag shares the prefix).
     """
-    real_parse = argparse.ArgumentParser.parse_args
+    from keras_transformer.cli import common
 
-    def parse_and_stop(self, args=None, namespace=None):
-        self.allow_abbrev = False  # the docs spell every flag in full
-        raise _Parsed(real_parse(self, args, namespace))
+    def stopping(real_parse):
+        def parse_and_stop(self, args=None, namespace=None):
+            self.allow_abbrev = False  # the docs spell every flag in full
+            raise _Parsed(real_parse(self, args, namespace))
 
-    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", parse_and_stop)
+        return parse_and_stop
+
+    # argparse's (the scripts') and the commands' own subclass (unknown-flag messages)
+    for parser_class in (argparse.ArgumentParser, common.ArgumentParser):
+        monkeypatch.setattr(parser_class, "parse_args", stopping(parser_class.parse_args))
     if command.endswith(".py"):
         path = os.path.join(REPO, command)
         monkeypatch.syspath_prepend(os.path.dirname(path))  # the scripts import their neighbours

@@ -158,7 +158,11 @@ class TrainArgs:
     eval_sentences: int | None = flag(None, "validation sentences for BLEU (0: all)", auto="500")
     eval_beam_size: int = flag(BEAM_SIZE, "beam size of the validation BLEU")
     patience: int = flag(0, "early stop after N BLEU evaluations without gain (0: never)")
-    log_every: int = flag(100, "metrics.jsonl and TensorBoard every N steps")
+    log_every: int = flag(
+        100,
+        "metrics.jsonl and TensorBoard every N steps; also a progress line (loss, learning "
+        "rate, tokens/s, ETA) when there is no progress bar (stdout not a terminal)",
+    )
     warmup_steps: int | None = flag(
         None,
         "learning-rate warmup",

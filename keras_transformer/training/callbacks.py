@@ -31,6 +31,12 @@ def _scalars(logs) -> dict:
     return out
 
 
+def learning_rate(optimizer) -> float:
+    """The optimizer's current learning rate (its schedule at the current step)."""
+    lr = optimizer.learning_rate
+    return float(lr.numpy() if hasattr(lr, "numpy") else lr)
+
+
 class StepState:
     """The optimizer step: the number of updates applied (skipped float16 steps excluded)."""
 
@@ -236,8 +242,7 @@ class MetricsLogger(keras.callbacks.Callback):
             "time_s": round(time.time() - self.start, 1),
             **{k: v for k, v in _scalars(logs).items() if k != NONFINITE},
         }
-        lr = self.model.optimizer.learning_rate
-        record["learning_rate"] = float(lr.numpy() if hasattr(lr, "numpy") else lr)
+        record["learning_rate"] = learning_rate(self.model.optimizer)
         self.run_dir.append_metrics(record)
         if self.writer is None:
             self.writer = tf.summary.create_file_writer(
@@ -498,5 +503,6 @@ __all__ = [
     "agree_any",
     "check_same_step",
     "kill_switch",
+    "learning_rate",
     "replica_steps",
 ]

@@ -35,6 +35,7 @@ from keras_transformer.training.preparation import (
     settle,
     subword_sampler,
 )
+from keras_transformer.training.progress import ProgressLog
 from keras_transformer.training.step import TrainingModel
 from keras_transformer.training.strategy import (
     StrategyError,
@@ -390,8 +391,12 @@ def make_callbacks(settings, manager, model, guard, evaluation: list, job: Job) 
     timeout = settings.collective_timeout
     multi_worker = isinstance(job.strategy, tf.distribute.MultiWorkerMirroredStrategy)
     watchdog = [ProgressWatchdog(timeout)] if timeout and multi_worker else []
+    # no progress bar (stdout not a terminal, or --verbose 2): a line every --log-every steps
+    lines = fit_verbosity(settings) == 2 and job.chief
+    progress = [ProgressLog(state, settings.train_steps, settings.log_every)] if lines else []
     return [
         *watchdog,  # --collective-timeout: no progress for that long ends the process
+        *progress,  # first: its step times leave out the callbacks' work (BLEU, checkpoints)
         guard,
         *evaluation,
         *cb.kill_switch(state),  # tests only ($KT_KILL_AT)
@@ -399,6 +404,14 @@ def make_callbacks(settings, manager, model, guard, evaluation: list, job: Job) 
         cb.StopAtStep(state, settings.train_steps),
         PreemptionSave(job.strategy, lambda: int(model.data_position.numpy()), checkpoints.save),
     ]
+
+
+def fit_verbosity(settings) -> int:
+    """Keras' `verbose`: --verbose, else the progress bar on a terminal and one line per
+    epoch elsewhere (where `ProgressLog` adds a line every --log-every steps)."""
+    if settings.verbose is not None:
+        return settings.verbose
+    return 1 if sys.stdout.isatty() else 2
 
 
 def fit_to_step(model: TrainingModel, data_from, valid_batches, callbacks, settings) -> None:
@@ -413,9 +426,7 @@ def fit_to_step(model: TrainingModel, data_from, valid_batches, callbacks, setti
     """
     guard = next(c for c in callbacks if isinstance(c, cb.NonFiniteLossGuard))
     spe = settings.steps_per_epoch
-    verbose = (
-        settings.verbose if settings.verbose is not None else (1 if sys.stdout.isatty() else 2)
-    )
+    verbose = fit_verbosity(settings)
     while _step(model) < settings.train_steps:
         before, position = _step(model), int(model.data_position.numpy())
         epoch, offset = divmod(position, spe)

@@ -166,8 +166,7 @@ class TrainArgs:
     warmup_steps: int | None = flag(
         None,
         "learning-rate warmup",
-        auto="4000; 0.4 x train steps (at most 4000) for a small corpus; at most half the "
-        "train steps",
+        auto="4000; 0.4 x train steps (at most 4000) for a small corpus",
     )
     lr_scale: float | None = flag(
         None, "multiplies the paper's schedule", auto="1.0; 0.8 for a small corpus"

@@ -31,8 +31,6 @@ PAPER_UPDATE_TOKENS, SMALL_UPDATE_TOKENS = 25000, 4096
 # A corpus with at least this many pairs gets the paper's recipe (WMT14: 4.5M pairs).
 LARGE_CORPUS = 1_000_000
 SMALL_CORPUS_EPOCHS = 20
-# A run warms up for at most 1/SHORT_RUN_WARMUP_SHARE of its updates.
-SHORT_RUN_WARMUP_SHARE = 2
 # The settings counted in batches of the corpus: a dry run, which trains no tokenizer to count
 # with, leaves those the user did not set unresolved (None).
 COUNTED = ("steps_per_epoch", "train_steps", "warmup_steps", "checkpoint_every", "eval_every")
@@ -111,12 +109,13 @@ def _resolve_schedule(out: TrainSettings, args: TrainArgs, large: bool, batches_
     # progress bar end where the run does); the data stream is the same
     if args.steps_per_epoch is None and spe and spe > steps:
         out.steps_per_epoch = spe = steps
-    # Each interval is at most what the run allows: warmup half the updates, a checkpoint and
-    # a BLEU evaluation at least once. From 500 updates on (small corpus; 8,000 large) the
-    # cap never binds, so longer runs (the default recipe among them) resolve as before.
+    # A checkpoint and a BLEU evaluation at least once in the run. From 500 updates on (small
+    # corpus; 8,000 large) the cap never binds, so longer runs (the default recipe among
+    # them) resolve as before. Warmup is not capped by the run's length: it shapes the
+    # weights, and a run stopped early and resumed to more steps must train as the longer
+    # run does (test_ema's resume), so it keeps its floor of 100 (or --warmup-steps).
     if out.warmup_steps is None:
-        warmup = 4000 if large else min(4000, max(100, int(round(0.4 * steps, -2))))
-        out.warmup_steps = max(1, min(warmup, steps // SHORT_RUN_WARMUP_SHARE))
+        out.warmup_steps = 4000 if large else min(4000, max(100, int(round(0.4 * steps, -2))))
     if out.checkpoint_every is None:
         out.checkpoint_every = min(steps, max(100, int(round(steps / 70, -2))))
     if out.eval_every is None and spe:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 import os
 import sys
 
@@ -427,21 +428,18 @@ def fit_to_step(model: TrainingModel, data_from, valid_batches, callbacks, setti
     guard = next(c for c in callbacks if isinstance(c, cb.NonFiniteLossGuard))
     spe = settings.steps_per_epoch
     verbose = fit_verbosity(settings)
+    stalled = 0  # batches since the last update (float16 overflows)
     while _step(model) < settings.train_steps:
         before, position = _step(model), int(model.data_position.numpy())
         epoch, offset = divmod(position, spe)
         # a run resumed mid-epoch first finishes that epoch, so that epochs (validation,
-        # end-of-epoch checkpoints) end where an uninterrupted run's do; a last, partial
-        # epoch is a `fit` of its own, so that its progress bar ends where the run does
-        remaining = settings.train_steps - before
-        if offset or remaining < spe:
-            epochs, steps = 1, min(spe - offset, remaining)
-        else:
-            epochs, steps = remaining // spe, spe
+        # end-of-epoch checkpoints) end where an uninterrupted run's do; a run that stops
+        # mid-epoch (--train-steps) ends inside its last epoch, as a longer run passes it
+        epochs = 1 if offset else math.ceil((settings.train_steps - before) / spe)
         model.fit(
             data_from(int(model.data_next.numpy())),
             validation_data=valid_batches,
-            steps_per_epoch=steps,
+            steps_per_epoch=spe - offset,
             initial_epoch=epoch,
             epochs=epoch + epochs,
             callbacks=callbacks,
@@ -451,8 +449,14 @@ def fit_to_step(model: TrainingModel, data_from, valid_batches, callbacks, setti
         guard.check()
         if model.stop_training:  # early stopping
             break
-        if _step(model) == before:
-            batches = int(model.data_position.numpy()) - position
+        if _step(model) > before:
+            stalled = 0
+            continue
+        # a short last fit may skip all its batches while the loss scale comes down: only
+        # an epoch's worth of batches without an update is a failure
+        stalled += int(model.data_position.numpy()) - position
+        if stalled >= spe:
+            batches = stalled
             raise cb.TrainingError(
                 f"no update was applied in {batches} batches: every step had non-finite "
                 "gradients (float16 overflow); try --precision float32 or mixed_bfloat16"

@@ -62,24 +62,18 @@ WARMUP_FILE = "tf_serving_warmup_requests"
 WARMUP_SENTENCES = ("A man is riding a bicycle.", "", "Zwei Hunde spielen im Schnee.")
 # one warmup request per signature TF Serving may be asked (each traced and run once at load,
 # so no client request pays for the first run): its inputs beside WARMUP_SENTENCES
+_SEARCH_WARMUP = {
+    "beam_size": [BEAM_SIZE, 1, 2],
+    "alpha": [ALPHA, 0.0, 1.0],
+    "max_extra_length": [MAX_EXTRA_LENGTH, 10, 5],
+    "num_hypotheses": [1, 1, 2],
+    "target_prefix": ["", "", "Two"],
+}
 WARMUP_OPTIONS = {
     "serving_default": {},
     "translate_nbest": {},
-    "translate_with_options": {
-        "beam_size": [BEAM_SIZE, 1, 2],
-        "alpha": [ALPHA, 0.0, 1.0],
-        "max_extra_length": [MAX_EXTRA_LENGTH, 10, 5],
-        "num_hypotheses": [1, 1, 2],
-        "target_prefix": ["", "", "Two"],
-    },
-    "translate_with_stop_rule": {
-        "beam_size": [BEAM_SIZE, 1, 2],
-        "alpha": [ALPHA, 0.0, 1.0],
-        "max_extra_length": [MAX_EXTRA_LENGTH, 10, 5],
-        "num_hypotheses": [1, 1, 2],
-        "target_prefix": ["", "", "Two"],
-        "stop_rule": ["", "finished", "top"],
-    },
+    "translate_with_options": _SEARCH_WARMUP,
+    "translate_with_stop_rule": {**_SEARCH_WARMUP, "stop_rule": ["", "finished", "top"]},
     "score": {"targets": ["Ein Mann fährt Fahrrad.", "", "Two dogs play in the snow."]},
     "sample": {
         "temperature": [1.0, 0.7, 1.0],

@@ -36,9 +36,6 @@ MAX_FUNCTION_LINES = 50
 ALLOWED = {
     "keras_transformer/cli/export.py": "exportargs",
     "keras_transformer/cli/score.py:main": "decoding",
-    "keras_transformer/data/pipeline.py": "sizes",
-    "keras_transformer/data/pipeline.py:training_batches": "sizes",
-    "keras_transformer/data/sources.py": "sizes",
     "keras_transformer/importers/marian.py": "opusmt",
     "keras_transformer/importers/marian.py:read_huggingface": "opusmt",
     "keras_transformer/importers/run.py:build_model": "opusmt",

@@ -15,26 +15,17 @@ from tests.importers import marian_fixture as mf
 DATA = os.path.join(os.environ.get("KT_DATA_DIR", "/work/shared/data"), "multi30k")
 
 
-@pytest.fixture(scope="module")
-def marian(tmp_path_factory):
-    root = tmp_path_factory.mktemp("opus")
-    vocab, weights, opts = mf.make_marian_dir(str(root / "marian"), DATA)
-    return str(root), vocab, weights, opts
-
-
 @pytest.mark.slow
-def test_imported_scores_and_greedy_equal_ctranslate2(marian):
+def test_imported_scores_and_greedy_equal_ctranslate2(marian, imported):
     import ctranslate2
     import sentencepiece as spm
     from ctranslate2.converters import MarianConverter
 
-    from keras_transformer.importers import import_model
     from keras_transformer.inference.translator import Translator
     from keras_transformer.run_dir import Run
 
     root, *_ = marian
     mdir = os.path.join(root, "marian")
-    run = import_model(mdir, os.path.join(root, "run"))
     npz = next(f for f in os.listdir(mdir) if f.endswith(".npz"))
     yml = os.path.join(mdir, "opus.spm32k-spm32k.vocab.yml")
     MarianConverter(os.path.join(mdir, npz), [yml, yml]).convert(os.path.join(root, "ct2"))
@@ -45,7 +36,7 @@ def test_imported_scores_and_greedy_equal_ctranslate2(marian):
     target_spm = spm.SentencePieceProcessor(model_file=os.path.join(mdir, "target.spm"))
     src_pieces = [source_spm.encode(s, out_type=str) for s in src]
     expected = reference.score_batch(src_pieces, [target_spm.encode(t, out_type=str) for t in tgt])
-    model, tokenizer = Run(run.model_dir).load_model()
+    model, tokenizer = Run(imported).load_model()
     translator = Translator(model, tokenizer, beam_size=1, alpha=0.0, stop_rule="top")
     out = translator.score(tf.constant(src), tf.constant(tgt))
     for j, result in enumerate(expected):

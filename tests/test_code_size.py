@@ -36,16 +36,9 @@ MAX_FUNCTION_LINES = 50
 ALLOWED = {
     "keras_transformer/cli/export.py": "exportargs",
     "keras_transformer/cli/score.py:main": "decoding",
-    "keras_transformer/importers/marian.py": "opusmt",
-    "keras_transformer/importers/marian.py:read_huggingface": "opusmt",
-    "keras_transformer/importers/run.py:build_model": "opusmt",
     "keras_transformer/inference/ctranslate2_export.py:write_ctranslate2": "exportargs",
     "keras_transformer/inference/export.py": "exportargs",
     "keras_transformer/inference/export.py:export_run": "exportargs",
-    "keras_transformer/inference/search.py": "decoding",
-    "keras_transformer/inference/translator.py": "decoding",
-    "keras_transformer/inference/xla_search.py": "decoding",
-    "keras_transformer/inference/xla_search.py:SegmentedSearch.beam_search": "decoding",
     "keras_transformer/training/callbacks.py": "gpu",
     "keras_transformer/training/trainer.py": "runconfig",
 }

@@ -79,13 +79,17 @@ def test_an_export_without_its_options_file_takes_the_librarys(tmp_path, loaded,
 
 @pytest.fixture(scope="module")
 def tiny_export(tmp_path_factory, multi30k_dir):
-    """An untrained tiny model exported with beam 2 and +5 tokens, and its Translator (no
-    set_random_seed: it would clear the tokenizer's SentencePiece resource)."""
+    """An untrained tiny model exported with beam 2 and +5 tokens, and its Translator. Seeded
+    first (a seed after the tokenizer would clear its SentencePiece resource), so that the
+    random weights do not depend on which tests ran before in the same worker."""
+    import keras
+
     import keras_transformer as kt
     from keras_transformer.data import SubwordTokenizer, train_sentencepiece
     from keras_transformer.inference.export import export_translator
     from keras_transformer.inference.translator import Translator
 
+    keras.utils.set_random_seed(0)
     with gzip.open(os.path.join(multi30k_dir, "train.en.gz"), "rt", encoding="utf-8") as handle:
         sentences = [line.strip() for _, line in zip(range(500), handle)]
     tokenizer = SubwordTokenizer(train_sentencepiece(sentences, 400))

@@ -9,6 +9,15 @@ import tempfile
 
 from keras_transformer.errors import KerasTransformerError
 
+# The environment variable of the local data directory (--data-dir's default): read here only.
+DATA_DIR_ENV = "KT_DATA_DIR"
+
+
+def data_dir_from_env() -> str | None:
+    """$KT_DATA_DIR as an absolute path (resolved against the current directory), or None."""
+    value = os.environ.get(DATA_DIR_ENV)
+    return os.path.abspath(value) if value else None
+
 
 class PathError(KerasTransformerError, ValueError):
     """An output path that cannot be written; the message names the flag."""
@@ -132,6 +141,8 @@ def _write_gfile(path: str, data: bytes | str) -> None:
 
 
 __all__ = [
+    "DATA_DIR_ENV",
+    "data_dir_from_env",
     "PathError",
     "check_writable_dir",
     "current_umask",

@@ -1,6 +1,7 @@
 """`Run`: the one object that writes and reads a training run's `--model-dir`.
 
-    config.json      the resolved configuration: {"model": ..., "training": ...}
+    config.json      the resolved configuration (`settings.run_config.RunConfig`):
+                     {"model": ..., "training": ..., "init": ...}
     spm.model        the joint SentencePiece model; an imported OPUS-MT model
                      (`kt-import`) has source.spm, target.spm and vocab.json instead
     checkpoints/     tf.train.Checkpoint files (model, optimizer, loss scale, data position,
@@ -25,9 +26,9 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer.config import TransformerConfig
 from keras_transformer.errors import KerasTransformerError
 from keras_transformer.files import write_atomic
+from keras_transformer.settings.run_config import RunConfig
 
 CONFIG_FILE = "config.json"
 TOKENIZER_FILE = "spm.model"
@@ -69,7 +70,19 @@ class Run:
 
     # -- configuration and tokenizer --------------------------------------------------------
 
+    def read_run_config(self) -> RunConfig:
+        """config.json as a `RunConfig`; RunDirError names the file when it is missing or bad."""
+        try:
+            return RunConfig.from_json(self.read_config())
+        except KerasTransformerError as err:
+            raise RunDirError(f"{self.path(CONFIG_FILE)}: {err}") from None
+
+    def write_run_config(self, config: RunConfig) -> None:
+        self.write_config(config.to_json())
+
     def read_config(self) -> dict:
+        """config.json's raw JSON (checked to hold a "model" object); `read_run_config` is
+        what the package reads, this is for tests that edit the file."""
         path = self.path(CONFIG_FILE)
         if not self.isfile(CONFIG_FILE):
             raise RunDirError(f"{path} not found: is {self.model_dir} a training run directory?")
@@ -84,19 +97,10 @@ class Run:
             raise RunDirError(f'{path} has no "model" configuration: is it a run\'s config.json?')
         return config
 
-    def training_settings(self) -> dict:
-        """The run's resolved training settings (config.json "training"; {} if none)."""
-        return self.read_config().get("training") or {}
-
     def write_config(self, config: dict) -> None:
+        """Write config.json's raw JSON (`write_run_config` is what the package writes)."""
         tf.io.gfile.makedirs(self.model_dir)
         write_atomic(self.path(CONFIG_FILE), json.dumps(config, indent=2, sort_keys=True))
-
-    def model_config(self) -> TransformerConfig:
-        try:
-            return TransformerConfig.from_dict(self.read_config()["model"])
-        except (TypeError, KerasTransformerError) as err:
-            raise RunDirError(f"{self.path(CONFIG_FILE)}: {err}") from None
 
     def load_tokenizer(self):
         from keras_transformer.data.tokenizer import SubwordTokenizer
@@ -183,7 +187,7 @@ class Run:
 
         if not isinstance(average_last, int) or average_last < 1:
             raise RunDirError(f"average_last must be a positive integer, got {average_last!r}")
-        config = self.model_config()
+        config = self.read_run_config().model
         tokenizer = self.load_tokenizer()
         model = Transformer(config)
         model.build()
@@ -244,11 +248,11 @@ def has_averages(checkpoint_path: str) -> bool:
 
 
 def load_trained(model_dir: str, *, average_last: int = 1, use_best: bool = False, ema=True):
-    """(model, tokenizer, run config) from a run directory, with restored weights (the moving
+    """(model, tokenizer, RunConfig) from a run directory, with restored weights (the moving
     averages where the checkpoints hold them, unless `ema` is False)."""
     run = Run(model_dir)
     model, tokenizer = run.load_model(average_last=average_last, best=use_best, ema=ema)
-    return model, tokenizer, run.read_config()
+    return model, tokenizer, run.read_run_config()
 
 
 __all__ = ["EMA_KEY", "Run", "RunDirError", "has_averages", "load_trained"]

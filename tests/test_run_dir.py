@@ -60,7 +60,7 @@ def test_config_and_tokenizer_round_trip_atomically(tmp_path):
     run = Run(str(tmp_path / "run"))
     assert not run.exists
     run.write_config({"model": kt.TransformerConfig.preset("tiny").to_dict(), "training": {}})
-    assert run.exists and run.model_config() == kt.TransformerConfig.preset("tiny")
+    assert run.exists and run.read_run_config().model == kt.TransformerConfig.preset("tiny")
     assert not [n for n in os.listdir(run.model_dir) if n.endswith(".tmp")]
     run.append_metrics({"step": 1, "loss": 2.0})
     run.append_metrics({"step": 2, "loss": 1.5})
@@ -111,7 +111,7 @@ def test_a_run_directory_on_another_gfile_file_system():
     run = Run(f"ram://kt-{uuid.uuid4().hex}/run")
     assert not run.exists
     run.write_config({"model": kt.TransformerConfig.preset("tiny").to_dict(), "training": {}})
-    assert run.exists and run.model_config() == kt.TransformerConfig.preset("tiny")
+    assert run.exists and run.read_run_config().model == kt.TransformerConfig.preset("tiny")
     assert not [n for n in tf.io.gfile.listdir(run.model_dir) if n.endswith(".tmp")]
     words = [f"w{i} w{i * 7 % 13} w{i % 5}" for i in range(200)]
     tokenizer = SubwordTokenizer(train_sentencepiece(words, 280))

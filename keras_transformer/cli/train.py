@@ -12,14 +12,9 @@ then the flags given here. Running again with the same --model-dir resumes where
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 from keras_transformer.cli.common import ArgumentParser
-
-# Flags that say the same thing two ways (giving both is an error): one given on the command
-# line replaces the other from --config FILE.
-ALTERNATIVES = (("epochs", "train_steps"), ("init_checkpoint", "init_average_last"))
 
 
 def build_parser(prog: str = "kt-train") -> argparse.ArgumentParser:
@@ -68,7 +63,8 @@ def parse_command(argv=None, prog: str = "kt-train"):
     Raises ConfigError for a bad --config FILE (naming the file and the key)."""
     import dataclasses
 
-    from keras_transformer.settings.args import TrainArgs
+    from keras_transformer.files import data_dir_from_env
+    from keras_transformer.settings.args import ALTERNATIVES, TrainArgs
 
     given = vars(build_parser(prog).parse_args(argv))
     command = argparse.Namespace(
@@ -78,7 +74,7 @@ def parse_command(argv=None, prog: str = "kt-train"):
         from_file=(),  # the flags whose value comes from --config FILE
     )
     values = {field.name: field.default for field in dataclasses.fields(TrainArgs)}
-    values["data_dir"] = os.environ.get("KT_DATA_DIR")
+    values["data_dir"] = data_dir_from_env()
     if command.config is not None:
         from keras_transformer.settings.config_file import read_config_file
 

@@ -7,23 +7,16 @@ import urllib.request
 
 from keras_transformer.data.parallel_text import DataError, DataMissing, ParallelText
 from keras_transformer.data.text_files import FILE_PIECES, read_parallel_files
-from keras_transformer.files import write_atomic
+from keras_transformer.files import DATA_DIR_ENV, data_dir_from_env, write_atomic
 
 MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw"
 MULTI30K_SPLITS = {"train": "train", "validation": "val", "test": "test_2016_flickr"}
-DATA_DIR_ENV = "KT_DATA_DIR"
 
 
 def default_cache_dir() -> str:
     """`$XDG_CACHE_HOME/keras_transformer` (absolute), else `~/.cache/keras_transformer`."""
     cache_home = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
     return os.path.join(os.path.abspath(cache_home), "keras_transformer")
-
-
-def data_dir_from_env() -> str | None:
-    """$KT_DATA_DIR as an absolute path (resolved against the current directory), or None."""
-    value = os.environ.get(DATA_DIR_ENV)
-    return os.path.abspath(value) if value else None
 
 
 def find_multi30k_file(

@@ -23,6 +23,7 @@ import numpy as np
 
 from keras_transformer.importers.checkpoint import ImportFailure, MarianCheckpoint
 from keras_transformer.run_dir import Run
+from keras_transformer.settings.run_config import RunConfig
 
 logger = logging.getLogger(__name__)
 
@@ -165,13 +166,7 @@ def write_run(checkpoint: MarianCheckpoint, model_dir: str) -> Run:
         raise ImportFailure(
             f"source.spm / target.spm is not a SentencePiece model ({first})"
         ) from None
-    run.write_config(
-        {
-            "model": checkpoint.config.to_dict(),
-            "training": {},
-            "import": checkpoint.origin,
-        }
-    )
+    run.write_run_config(RunConfig.of_import(checkpoint.config, checkpoint.origin))
     run.save_tokenizer(tokenizer)
     saved = tf.train.Checkpoint(model=model)
     for best in (False, True):

@@ -27,6 +27,7 @@ import os
 import time
 
 from keras_transformer.errors import KerasTransformerError
+from keras_transformer.files import data_dir_from_env
 
 logger = logging.getLogger(__name__)
 
@@ -34,18 +35,19 @@ REPORT_FILE = "agreement.json"
 DEFAULT_SENTENCES = 200
 
 
-def validation_pairs(settings: dict, count: int) -> tuple[list[str], list[str], str]:
-    """The first `count` validation pairs of a run whose config.json "training" is
-    `settings`: (sources, references, a description). Raises KerasTransformerError when the
-    run names no dataset or the data cannot be read."""
+def validation_pairs(settings, count: int) -> tuple[list[str], list[str], str]:
+    """The first `count` validation pairs of a run whose training settings (`RunConfig.training`,
+    None where config.json records none) are `settings`: (sources, references, a
+    description). Raises KerasTransformerError when the run names no dataset or the data
+    cannot be read."""
     from keras_transformer.data.sources import load_parallel
 
-    dataset = (settings.get("dataset") or "").split(",")[0].strip()
+    dataset = (getattr(settings, "dataset", None) or "").split(",")[0].strip()
     if not dataset:
         raise KerasTransformerError("config.json names no --dataset")
-    src, tgt = settings.get("src_lang"), settings.get("tgt_lang")
-    data_dir = settings.get("data_dir") or os.environ.get("KT_DATA_DIR")
-    files = (settings.get("valid_src"), settings.get("valid_tgt"))
+    src, tgt = settings.src_lang, settings.tgt_lang
+    data_dir = settings.data_dir or data_dir_from_env()
+    files = (settings.valid_src, settings.valid_tgt)
     pairs = load_parallel(
         dataset, "validation", src, tgt, data_dir=data_dir, files=files, tfds_download=False
     )
@@ -122,7 +124,7 @@ class AgreementReport:
             return skipped("--agreement-sentences 0")
         try:
             sources, references, data = validation_pairs(
-                Run(self.model_dir).training_settings(), self.sentences
+                Run(self.model_dir).read_run_config().training, self.sentences
             )
         except (KerasTransformerError, OSError) as err:
             return skipped(f"no validation sentences: {err}")

@@ -417,7 +417,11 @@ def _check_options(model_dir, dtype, export_format, xla, use_best, ema) -> None:
     if export_format not in FORMATS:
         raise ExportError(f"--format must be one of {', '.join(FORMATS)}, got {export_format!r}")
     check_search_format(xla, export_format)
-    if use_best and not ema and Run(model_dir).training_settings().get("ema_decay"):
+    if (
+        use_best
+        and not ema
+        and getattr(Run(model_dir).read_run_config().training, "ema_decay", None)
+    ):
         raise ExportError(
             f"--best --no-ema: {model_dir}/best holds only the averaged weights that were "
             "validated (the run used --ema-decay); drop --best to export raw weights"

@@ -10,9 +10,18 @@ are in `settings.validation`.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 from keras_transformer.config import BEAM_SIZE, PRESETS, ConfigError
+from keras_transformer.files import DATA_DIR_ENV
+from keras_transformer.settings.flags import (
+    alternatives,
+    default_text,
+    describe,
+    flag,
+    flags_with,
+    frozen_copy,
+    option,
+)
 from keras_transformer.settings.memory import MICRO_BATCH_MEMORY_GIB
 
 # The choices of --strategy and --precision (training.strategy implements them).
@@ -30,59 +39,51 @@ DEFAULT_PRESET = "small"
 DEFAULT_SPM_MODEL_TYPE = "bpe"
 
 
-def flag(default: Any = None, help: str = "", choices=None, auto: str = "") -> Any:  # noqa: A002
-    """A field of `TrainArgs`: its default, help, choices and (for a None default resolved by
-    the recipe) what the automatic value is; kt-train and docs/configuration.md show them."""
-    meta = {"help": help, "choices": choices, "about": help, "auto": auto}
-    return dataclasses.field(default=default, metadata=meta)
-
-
-def default_text(field: dataclasses.Field) -> str:
-    """A flag's default as `kt-train --help` and docs/configuration.md both show it."""
-    if field.name == "data_dir":
-        return "$KT_DATA_DIR"
-    if field.metadata.get("auto"):
-        return f"automatic: {field.metadata['auto']}"
-    if field.default is None:
-        return "none"
-    if isinstance(field.default, bool):
-        return str(field.default).lower()
-    return str(field.default)
-
-
 @dataclasses.dataclass
 class TrainArgs:
     """The flags of kt-train (DESIGN.md section 8); `None` means "resolved automatically"."""
 
     model_dir: str = flag("runs/multi30k-en-de", "checkpoints, tokenizer, config.json, logs")
     preset: str | None = flag(
-        None, "model size (paper Table 3: base, big)", tuple(PRESETS), auto=DEFAULT_PRESET
+        None,
+        "model size (paper Table 3: base, big)",
+        tuple(PRESETS),
+        auto=DEFAULT_PRESET,
+        fixed_on_resume=True,
+        model=True,
     )
-    src_lang: str = flag("en", "source language")
-    tgt_lang: str = flag("de", "target language")
+    src_lang: str = flag("en", "source language", fixed_on_resume=True)
+    tgt_lang: str = flag("de", "target language", fixed_on_resume=True)
     dataset: str = flag(
         "multi30k",
         "multi30k | files | tfds:NAME (e.g. tfds:wmt14_translate/de-en); a comma-separated "
         "list mixes several training corpora (validation: the first's)",
+        fixed_on_resume=True,
     )
     train_src: str | None = flag(None, "training source file(s), comma-separated (--dataset files)")
     train_tgt: str | None = flag(None, "training target file(s), comma-separated (--dataset files)")
     train_weights: str | None = flag(
-        None, "sampling weights of the training corpora, comma-separated", auto="their sizes"
+        None,
+        "sampling weights of the training corpora, comma-separated",
+        auto="their sizes",
+        fixed_on_resume=True,
     )
     tag_corpus: str | None = flag(
-        None, "1-based indices of training corpora whose sources get the <BT> tag, e.g. 2"
+        None,
+        "1-based indices of training corpora whose sources get the <BT> tag, e.g. 2",
+        fixed_on_resume=True,
     )
     subword_alpha: float | None = flag(
         None,
         "subword regularization of training sentences: BPE-dropout probability (bpe), "
         "sampling smoothness over the n-best segmentations (unigram)",
         auto="0: off",
+        fixed_on_resume=True,
     )
     valid_src: str | None = flag(None, "validation source file (--dataset files)")
     valid_tgt: str | None = flag(None, "validation target file (--dataset files)")
     data_dir: str | None = flag(
-        None, "local data: Multi30k files or a TFDS data_dir (env KT_DATA_DIR)"
+        None, "local data: Multi30k files or a TFDS data_dir (env KT_DATA_DIR)", env=DATA_DIR_ENV
     )
     tfds_download: bool = flag(
         False, "let TFDS download and prepare a --dataset tfds:NAME missing from --data-dir"
@@ -97,36 +98,51 @@ class TrainArgs:
         "it also says the run is meant for the CPU (mixed_float16 without a GPU is allowed)",
         auto="1",
     )
-    precision: str | None = flag(None, "dtype policy", PRECISIONS, auto="float32")
+    precision: str | None = flag(
+        None, "dtype policy", PRECISIONS, auto="float32", fixed_on_resume=True
+    )
     initial_loss_scale: float | None = flag(
         None,
         "float16 loss scale at step 0 (halved at every overflow, doubled after 2000 finite "
         "steps; a resumed run continues from the saved scale)",
         auto=f"{INITIAL_LOSS_SCALE:g}, Keras' default, with mixed_float16",
+        fixed_on_resume=True,
     )
     vocab_size: int | None = flag(
-        None, "joint SentencePiece vocabulary", auto="8000; 37000 for a large corpus"
+        None,
+        "joint SentencePiece vocabulary",
+        auto="8000; 37000 for a large corpus",
+        fixed_on_resume=True,
+        model=True,
     )
     spm_model_type: str | None = flag(
-        None, "SentencePiece model type", ("bpe", "unigram"), auto=DEFAULT_SPM_MODEL_TYPE
+        None,
+        "SentencePiece model type",
+        ("bpe", "unigram"),
+        auto=DEFAULT_SPM_MODEL_TYPE,
+        fixed_on_resume=True,
+        model=True,
     )
     batch_tokens: int | None = flag(
         None,
         "padded tokens per micro-batch, all replicas (an update is --accum-steps of them)",
         auto="the recipe's tokens per update (4096; 25000 for a large corpus) split into "
         "--accum-steps micro-batches",
+        fixed_on_resume=True,
     )
     accum_steps: int | None = flag(
         None,
         "micro-batches per update (the same update as one k-times larger batch)",
         auto="the fewest that divide the recipe's update into micro-batches within "
         "--micro-batch-memory; 1 when --batch-tokens is given",
+        fixed_on_resume=True,
     )
     tokens_per_replica: int | None = flag(
         None,
         "padded tokens per replica per micro-batch (fairseq's --max-tokens): sets "
         "--batch-tokens to N x replicas, and --accum-steps to 1 unless given",
         auto="the recipe's update shared by the replicas",
+        fixed_on_resume=True,
     )
     micro_batch_memory: float | None = flag(
         None,
@@ -135,25 +151,38 @@ class TrainArgs:
         "--accum-steps",
         auto=f"a quarter of the GPU's memory; {MICRO_BATCH_MEMORY_GIB:g} without a GPU",
     )
-    max_length: int = flag(128, "longest source or target in tokens; longer pairs are dropped")
-    epochs: int | None = flag(None, "train for N epochs (sets --train-steps)")
+    max_length: int = flag(
+        128, "longest source or target in tokens; longer pairs are dropped", fixed_on_resume=True
+    )
+    epochs: int | None = flag(
+        None, "train for N epochs (sets --train-steps)", alternative="train_steps"
+    )
     train_steps: int | None = flag(
         None,
         "optimizer updates",
         auto="20 epochs (counted without --subword-alpha's sampling); "
         "100000 (big: 300000) for a large corpus",
+        counted=True,
     )
     steps_per_epoch: int | None = flag(
         None,
         "batches per epoch; each epoch reshuffles",
         auto="one pass over the corpus (at most train steps)",
+        fixed_on_resume=True,
+        counted=True,
     )
     checkpoint_every: int | None = flag(
-        None, "save every N steps", auto="train steps / 70, at least 100 (at most train steps)"
+        None,
+        "save every N steps",
+        auto="train steps / 70, at least 100 (at most train steps)",
+        counted=True,
     )
     keep_checkpoints: int = flag(5, "checkpoints kept in checkpoints/")
     eval_every: int | None = flag(
-        None, "validation BLEU every N steps", auto="train steps / 10, at least an epoch"
+        None,
+        "validation BLEU every N steps",
+        auto="train steps / 10, at least an epoch",
+        counted=True,
     )
     eval_sentences: int | None = flag(None, "validation sentences for BLEU (0: all)", auto="500")
     eval_beam_size: int = flag(BEAM_SIZE, "beam size of the validation BLEU")
@@ -167,14 +196,22 @@ class TrainArgs:
         None,
         "learning-rate warmup",
         auto="4000; 0.4 x train steps (at most 4000) for a small corpus",
+        fixed_on_resume=True,
+        counted=True,
     )
     lr_scale: float | None = flag(
-        None, "multiplies the paper's schedule", auto="1.0; 0.8 for a small corpus"
+        None,
+        "multiplies the paper's schedule",
+        auto="1.0; 0.8 for a small corpus",
+        fixed_on_resume=True,
     )
     dropout_rate: float | None = flag(
-        None, "residual dropout", auto="the preset's; at least 0.2 for a small corpus"
+        None,
+        "residual dropout",
+        auto="the preset's; at least 0.2 for a small corpus",
+        fixed_on_resume=True,
     )
-    label_smoothing: float | None = flag(None, "epsilon_ls", auto="0.1")
+    label_smoothing: float | None = flag(None, "epsilon_ls", auto="0.1", fixed_on_resume=True)
     jit_compile: bool = flag(
         False,
         "XLA on each replica's forward and backward pass of a micro-batch (every strategy; "
@@ -185,25 +222,32 @@ class TrainArgs:
         None,
         "fine-tune: a run directory whose model configuration, SentencePiece model and "
         "weights (its best/) this new run starts from; optimizer, step and schedule are new",
+        fixed_on_resume=True,
     )
     init_checkpoint: str | None = flag(
-        None, "with --init-from: the weights of this checkpoint instead of best/"
+        None,
+        "with --init-from: the weights of this checkpoint instead of best/",
+        fixed_on_resume=True,
+        alternative="init_average_last",
     )
     init_average_last: int | None = flag(
-        None, "with --init-from: the mean of its last K checkpoints instead of best/"
+        None,
+        "with --init-from: the mean of its last K checkpoints instead of best/",
+        fixed_on_resume=True,
     )
     ema_decay: float | None = flag(
         None,
         "keep an exponential moving average of the weights with this decay (e.g. 0.999); "
         "validation BLEU, best/ and export use it",
         auto="off",
+        fixed_on_resume=True,
     )
     nonfinite_steps: int = flag(
         3,
         "mixed_float16: stop after N steps in a row with a NaN/Inf loss (an isolated one is "
         "skipped, as the loss scaler skips an overflow); float32 and bfloat16 stop at the first",
     )
-    seed: int = flag(0, "seed of the weights, the data order and dropout")
+    seed: int = flag(0, "seed of the weights, the data order and dropout", fixed_on_resume=True)
     verbose: int | None = flag(
         None, "Keras fit verbosity", (0, 1, 2), auto="1 on a terminal, else 2"
     )
@@ -226,36 +270,31 @@ class TrainArgs:
     )
 
 
-@dataclasses.dataclass
-class TrainSettings(TrainArgs):
-    """A run's resolved settings (config.json "training"): the flags with every automatic
-    value filled in (`resolve`, or read back on a resume)."""
+TrainSettings = frozen_copy(
+    TrainArgs,
+    "TrainSettings",
+    """A run's resolved settings (config.json "training"), frozen: the flags with every
+    automatic value filled in (`recipe.resolve`, or read back on a resume).""",
+)
 
 
-def option(name: str) -> str:
-    return "--" + name.replace("_", "-")
-
-
-def describe(args: TrainSettings, given: TrainArgs, pending=()) -> str:
-    """The resolved settings, one line each, marking those that were resolved automatically;
-    those named in `pending` and still None are counted when training (a dry run's)."""
-    lines = []
-    for field in dataclasses.fields(args):
-        value = getattr(args, field.name)
-        auto = getattr(given, field.name) is None and value is not None
-        mark = "  (auto)" if auto else ""
-        if value is None and field.name in pending:
-            value, mark = "?", "  (auto: counted with the tokenizer when training)"
-        lines.append(f"  {option(field.name):20} {value}{mark}")
-    return "\n".join(lines)
-
+# The per-flag policies, read from the fields (`flag`'s keywords).
+FIXED_ON_RESUME = flags_with(TrainArgs, "fixed_on_resume")
+MODEL_FLAGS = flags_with(TrainArgs, "model")
+COUNTED = flags_with(TrainArgs, "counted")
+ALTERNATIVES = alternatives(TrainArgs)
 
 __all__ = [
+    "ALTERNATIVES",
+    "COUNTED",
     "ConfigError",
+    "FIXED_ON_RESUME",
+    "MODEL_FLAGS",
     "TrainArgs",
     "TrainSettings",
     "default_text",
     "describe",
     "flag",
+    "flags_with",
     "option",
 ]

@@ -6,18 +6,13 @@ from __future__ import annotations
 import math
 
 from keras_transformer.config import ConfigError
-from keras_transformer.settings.args import DEFAULT_SPM_MODEL_TYPE, TrainArgs, option
+from keras_transformer.settings.args import (
+    DEFAULT_SPM_MODEL_TYPE,
+    FIXED_ON_RESUME,
+    TrainArgs,
+    option,
+)
 from keras_transformer.settings.corpora import Corpora, parse_corpora
-
-# Flags that a resumed run cannot change: they define the model, its schedule or the data order.
-FIXED_ON_RESUME = (
-    "preset", "src_lang", "tgt_lang", "dataset", "vocab_size", "spm_model_type", "max_length",
-    "precision", "initial_loss_scale",
-    "warmup_steps", "lr_scale", "dropout_rate", "label_smoothing", "steps_per_epoch", "seed",
-    "batch_tokens", "accum_steps", "tokens_per_replica",
-    "train_weights", "tag_corpus", "subword_alpha",
-    "init_from", "init_checkpoint", "init_average_last", "ema_decay",
-)  # fmt: skip
 
 
 def validate(args: TrainArgs) -> Corpora:
@@ -103,7 +98,9 @@ def check_subword_alpha(args: TrainArgs) -> None:
 
 
 def check_resume(args: TrainArgs, saved: dict, config_path: str) -> None:
-    """A resumed run keeps its model, schedule and data order: refuse a flag that differs."""
+    """A resumed run keeps its model, schedule and data order: refuse a flag that differs
+    (`flag(fixed_on_resume=True)`) from its value in `saved` (the settings config.json
+    records)."""
     for name in FIXED_ON_RESUME:
         given = getattr(args, name)
         if name in saved and given is not None and given != saved[name]:

@@ -23,12 +23,17 @@ import tensorflow as tf
 
 from keras_transformer.config import PRESETS, TransformerConfig
 from keras_transformer.run_dir import Run
-from keras_transformer.settings.args import ConfigError, TrainArgs, option
+from keras_transformer.settings.args import (
+    MODEL_FLAGS,
+    ConfigError,
+    TrainArgs,
+    TrainSettings,
+    option,
+)
+from keras_transformer.settings.run_config import InitRecord
 
 logger = logging.getLogger(__name__)
 
-# The flags that define the model or the tokenizer: a fine-tuned run takes them from its source.
-MODEL_FLAGS = ("preset", "vocab_size", "spm_model_type")
 PRESET_DIMS = ("num_layers", "d_model", "d_ff", "num_heads")
 
 
@@ -38,7 +43,7 @@ class Source:
 
     run: Run
     model: TransformerConfig
-    settings: dict  # its config.json "training" (empty for runs written without it)
+    settings: TrainSettings | None  # its settings (None where config.json records none)
     checkpoints: list[str]
 
     @classmethod
@@ -50,14 +55,15 @@ class Source:
                 f"--init-from {args.init_from}: no config.json there; give the directory of a "
                 "training run (its --model-dir)"
             )
-        source = cls(run, run.model_config(), run.read_config().get("training") or {}, [])
+        config = run.read_run_config()
+        source = cls(run, config.model, config.training, [])
         inherited = source.inherit(args)  # refuses a model flag before looking for weights
         source.checkpoints = checkpoints_of(run, args)
         return source, inherited
 
     def values(self) -> dict:
         """The source's value of every model flag (None where it was not recorded)."""
-        preset = self.settings.get("preset") or next(
+        preset = getattr(self.settings, "preset", None) or next(
             (
                 name
                 for name, dims in PRESETS.items()
@@ -68,7 +74,7 @@ class Source:
         return {
             "preset": preset,
             "vocab_size": self.model.vocab_size,
-            "spm_model_type": self.settings.get("spm_model_type"),
+            "spm_model_type": getattr(self.settings, "spm_model_type", None),
         }
 
     def inherit(self, args: TrainArgs) -> TrainArgs:
@@ -99,9 +105,9 @@ class Source:
     def tokenizer(self):
         return self.run.load_tokenizer()
 
-    def record(self) -> dict:
+    def record(self) -> InitRecord:
         """config.json "init": where the run started from."""
-        return {"run": os.path.abspath(self.run.model_dir), "checkpoints": self.checkpoints}
+        return InitRecord(os.path.abspath(self.run.model_dir), tuple(self.checkpoints))
 
 
 def checkpoints_of(run: Run, args: TrainArgs) -> list[str]:
@@ -129,14 +135,15 @@ def checkpoints_of(run: Run, args: TrainArgs) -> list[str]:
     return [os.path.abspath(p) for p in paths]
 
 
-def initialize(model, init: dict, keep=()) -> None:
-    """Load the weights recorded in config.json "init" into `model`; the variables in `keep`
-    (the dropout RNG states: the new run's own, from its --seed) keep their values."""
+def initialize(model, init: InitRecord, keep=()) -> None:
+    """Load the weights of the run's fine-tuning record (config.json "init") into `model`;
+    the variables in `keep` (the dropout RNG states: the new run's own, from its --seed) keep
+    their values."""
     kept = [(v, v.numpy().copy()) for v in keep]
-    Run(init["run"]).restore_average(model, list(init["checkpoints"]), ema=True)
+    Run(init.run).restore_average(model, list(init.checkpoints), ema=True)
     for variable, value in kept:
         variable.assign(value)
-    logger.info("initialized from %s", ", ".join(init["checkpoints"]))
+    logger.info("initialized from %s", ", ".join(init.checkpoints))
 
 
 __all__ = ["MODEL_FLAGS", "Source", "checkpoints_of", "initialize"]

@@ -1,7 +1,9 @@
-"""Before training: the data, the resolved settings and the tokenizer of a run.
+"""Before training, in one call (`prepare`): the data, the run's configuration (`RunConfig`)
+and its tokenizer.
 
-A new run resolves its automatic settings from the corpus (`recipe.resolve`), trains the
-SentencePiece model and writes both to the run directory (the chief only); a resumed run reads
+A new run resolves its automatic settings from the corpus in two pure phases of the recipe
+(`recipe.sizes`, then `recipe.schedule` from the batches counted with the tokenizer trained
+in between), and writes the tokenizer and config.json (the chief only); a resumed run reads
 them back and refuses flags that would change it.
 """
 
@@ -10,10 +12,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-import os
-import time
-
-import tensorflow as tf
 
 from keras_transformer.config import UNK_ID, TransformerConfig
 from keras_transformer.data import (
@@ -25,8 +23,8 @@ from keras_transformer.data import (
 from keras_transformer.data.mixing import TAG, MixedText
 from keras_transformer.data.subword import SubwordSampler
 from keras_transformer.data.tokenizer import TooManyPieces
-from keras_transformer.files import write_atomic
 from keras_transformer.run_dir import CONFIG_FILE, Run
+from keras_transformer.settings import recipe
 from keras_transformer.settings.args import (
     DEFAULT_SPM_MODEL_TYPE,
     ConfigError,
@@ -34,10 +32,10 @@ from keras_transformer.settings.args import (
     TrainSettings,
 )
 from keras_transformer.settings.plan import Plan
-from keras_transformer.settings.recipe import fine_tune_schedule, resolve
+from keras_transformer.settings.run_config import RunConfig
 from keras_transformer.settings.validation import check_resume
 from keras_transformer.training.fine_tune import Source
-from keras_transformer.training.strategy import chief_task
+from keras_transformer.training.workers import GAVE_UP, check_workers, wait_for
 
 logger = logging.getLogger(__name__)
 
@@ -77,44 +75,49 @@ def check_tag_symbol(tokenizer: SubwordTokenizer, settings: TrainSettings) -> No
         )
 
 
-GAVE_UP = "worker_{}.gave_up"  # a non-chief worker that stopped waiting leaves this file
+@dataclasses.dataclass(frozen=True)
+class Preparation:
+    """What a run trains with: its configuration (`RunConfig`: the model, this session's
+    settings, the fine-tuning record), its tokenizer and its data (train, validation)."""
+
+    config: RunConfig
+    tokenizer: SubwordTokenizer
+    train: object
+    valid: object
+
+    @property
+    def settings(self) -> TrainSettings:
+        return self.config.training
 
 
-def settle(run_dir: Run, args: TrainArgs, train, task: int | None = None, replicas: int = 1):
-    """(resolved settings, tokenizer): from config.json when resuming (refusing flags that
-    would change the run), else resolved from the corpus and written by the chief.
+def prepare(plan: Plan, run: Run, task: int | None = None, replicas: int = 1) -> Preparation:
+    """The data, and the run's configuration and tokenizer: read back from config.json and
+    spm.model (a resumed run, with the flags given now where a resume may change them), else
+    resolved from the corpus and written by the chief (`new_run`).
 
     `task` is the index of a non-chief worker (None for the chief): it waits for the chief's
-    config.json. One that gives up leaves a note, and the chief, finding it once its own
-    preparation is done, stops too instead of blocking in its first collective. `replicas`
-    (of the whole job) bounds the automatic micro-batch (`recipe.split_update`).
+    config.json (`workers.wait_for`); the chief, once prepared, stops when a worker gave up
+    waiting (`workers.check_workers`). `replicas` (of the whole job) bounds the automatic
+    micro-batch (`recipe.split_update`).
     """
+    train, valid = load_data(plan)
+    logger.info("train: %s\nvalidation: %s", train.report(), valid.report())
     if task is not None:
-        wait_for(run_dir.path(CONFIG_FILE), args.worker_wait, run_dir.path(GAVE_UP.format(task)))
-    if run_dir.exists:
-        settings, tokenizer = resumed_settings(run_dir, args), run_dir.load_tokenizer()
+        wait_for(run.path(CONFIG_FILE), plan.args.worker_wait, run.path(GAVE_UP.format(task)))
+    if run.exists:
+        config, tokenizer = resumed(run, plan.args), run.load_tokenizer()
     else:
-        settings, tokenizer = new_settings(run_dir, args, train, replicas)
+        config, tokenizer = new_run(run, plan.args, train, replicas)
     if task is None:
-        check_workers(run_dir)
-    return settings, tokenizer
+        check_workers(run)
+    check_tag_symbol(tokenizer, config.training)
+    return Preparation(config, tokenizer, train, valid)
 
 
-def check_workers(run_dir: Run) -> None:
-    """The chief stops when a worker gave up waiting for it (and clears the note)."""
-    notes = sorted(tf.io.gfile.glob(run_dir.path(GAVE_UP.format("*"))))
-    if notes:
-        for note in notes:
-            tf.io.gfile.remove(note)
-        raise ConfigError(
-            f"{', '.join(os.path.basename(n).split('.')[0] for n in notes)} gave up waiting for "
-            f"this chief (--worker-wait) and exited: start every worker again, with a larger "
-            "--worker-wait if the chief's preparation takes longer"
-        )
-
-
-def new_settings(run_dir: Run, args: TrainArgs, train, replicas: int = 1):
-    """Resolve the automatic settings from the corpus, train the tokenizer, write both.
+def new_run(run: Run, args: TrainArgs, train, replicas: int = 1):
+    """(RunConfig, tokenizer) of a new run, both written to `run`: the sizes resolved from the
+    corpus (`recipe.sizes`), the tokenizer trained at that vocabulary, the schedule from the
+    batches it counts (`recipe.schedule`).
 
     A fine-tuned run (--init-from) takes its model configuration and tokenizer from the
     source run instead (`fine_tune.Source`) and records where it started from.
@@ -122,92 +125,68 @@ def new_settings(run_dir: Run, args: TrainArgs, train, replicas: int = 1):
     source = None
     if args.init_from is not None:
         source, args = Source.of(args)
-    tokenizers: dict[int, SubwordTokenizer] = {}
-
-    def tokenizer_for(vocab_size: int) -> SubwordTokenizer:
-        if vocab_size not in tokenizers:
-            tokenizers[vocab_size] = (
-                source.tokenizer() if source else train_tokenizer(train, vocab_size, args)
-            )
-        return tokenizers[vocab_size]
-
-    settings = resolve(
-        args,
-        num_pairs=train.num_pairs,
-        batches_per_pass=batch_counter(train, args, tokenizer_for),
-        replicas=replicas,
-    )
+    sized = recipe.sizes(args, num_pairs=train.num_pairs, replicas=replicas)
     if source is not None:
-        fine_tune_schedule(settings, args, source.model.d_model)
-    tokenizer = tokenizer_for(settings.vocab_size)
-    if source is not None:
-        model_config = source.model_config(settings.dropout_rate, settings.label_smoothing)
+        tokenizer = source.tokenizer()
     else:
-        model_config = TransformerConfig.preset(
+        tokenizer = train_tokenizer(train, sized.vocab_size, args)
+    counts = count_passes(train, tokenizer, sized, args)
+    settings = recipe.schedule(sized, args, num_pairs=train.num_pairs, **counts)
+    if source is not None:
+        settings = recipe.fine_tune_schedule(settings, args, source.model.d_model)
+        model = source.model_config(settings.dropout_rate, settings.label_smoothing)
+    else:
+        model = TransformerConfig.preset(
             settings.preset,
             vocab_size=tokenizer.vocab_size,
             max_length=max(settings.max_length, 256),
             dropout_rate=settings.dropout_rate,
             label_smoothing=settings.label_smoothing,
         )
-    run_dir.save_tokenizer(tokenizer)  # before config.json: other workers wait for config.json
-    config = {"model": model_config.to_dict(), "training": dataclasses.asdict(settings)}
-    if source is not None:
-        config["init"] = source.record()
-    run_dir.write_config(config)
-    return settings, tokenizer
+    config = RunConfig.new(model, settings, source.record() if source else None)
+    run.save_tokenizer(tokenizer)  # before config.json: other workers wait for config.json
+    run.write_run_config(config)
+    return config, tokenizer
 
 
-def batch_counter(train, args: TrainArgs, tokenizer_for):
-    """`batches_per_pass(vocab_size, batch_tokens, sampled=True)` of `recipe.resolve`, counted
-    with the tokenizer `tokenizer_for(vocab_size)`."""
-
-    def batches_per_pass(vocab_size: int, batch_tokens: int, sampled: bool = True) -> int:
-        tokenizer = tokenizer_for(vocab_size)
+def count_passes(train, tokenizer, sized: TrainSettings, args: TrainArgs) -> dict:
+    """The passes `recipe.schedule` needs counted (`recipe.counts_needed`), in batches of
+    an update: {"sampled": at training's segmentation, "plain": at the deterministic one}."""
+    counts = {}
+    update_tokens = sized.batch_tokens * sized.accum_steps
+    for sampled in recipe.counts_needed(sized, args, train.num_pairs):
         subword = subword_sampler(tokenizer, args.subword_alpha) if sampled else None
-        return count_batches(train, tokenizer, batch_tokens, args.max_length, subword=subword)
+        counted = count_batches(train, tokenizer, update_tokens, args.max_length, subword=subword)
+        counts["sampled" if sampled else "plain"] = counted
+    return counts
 
-    return batches_per_pass
 
-
-def planned_settings(run_dir: Run, args: TrainArgs, train, replicas: int = 1) -> TrainSettings:
-    """The settings `settle` would give, without training a tokenizer or writing anything
+def planned_settings(run: Run, args: TrainArgs, train, replicas: int = 1) -> TrainSettings:
+    """The settings `prepare` would give, without training a tokenizer or writing anything
     (--dry-run): a resumed run's from its config.json; a new run's resolved from the corpus,
-    with the settings counted in batches (`recipe.COUNTED`) left at None unless a fine-tuned
+    with the settings counted in batches (`COUNTED`) left at None unless a fine-tuned
     run's source tokenizer (--init-from) can count them. `train` None: a corpus not at hand,
     of unknown size (the large-corpus recipe)."""
-    if run_dir.exists:
-        return resumed_settings(run_dir, args)
-    if train is None:
-        return resolve(args, num_pairs=None, batches_per_pass=None, replicas=replicas)
-    counter = None
-    if args.init_from is not None:
-        source, args = Source.of(args)
-        tokenizer = source.tokenizer()
-        counter = batch_counter(train, args, lambda _: tokenizer)
-    settings = resolve(args, num_pairs=train.num_pairs, batches_per_pass=counter, replicas=replicas)
-    if args.init_from is not None:
-        fine_tune_schedule(settings, args, source.model.d_model)
-    return settings
+    if run.exists:
+        return resumed(run, args).training
+    if train is None or args.init_from is None:
+        num_pairs = None if train is None else train.num_pairs
+        return recipe.resolve(args, num_pairs=num_pairs, replicas=replicas)
+    source, args = Source.of(args)
+    sized = recipe.sizes(args, num_pairs=train.num_pairs, replicas=replicas)
+    counts = count_passes(train, source.tokenizer(), sized, args)
+    settings = recipe.schedule(sized, args, num_pairs=train.num_pairs, **counts)
+    return recipe.fine_tune_schedule(settings, args, source.model.d_model)
 
 
-def resumed_settings(run_dir: Run, args: TrainArgs) -> TrainSettings:
-    """The saved settings, with the flags given now for what a resume may change."""
-    saved = run_dir.read_config().get("training")
-    if not isinstance(saved, dict):
-        raise ConfigError(f'{run_dir.path(CONFIG_FILE)} has no "training" settings')
-    check_resume(args, saved, run_dir.path(CONFIG_FILE))
-    known = {f.name for f in dataclasses.fields(TrainArgs)}
-    given = dataclasses.asdict(args)
-    settings = TrainSettings(
-        **{**given, **{k: v for k, v in saved.items() if k in known and given[k] is None}}
-    )
-    if args.epochs is not None:
-        settings.train_steps = args.epochs * settings.steps_per_epoch
-    settings.epochs = None
-    settings.precision = settings.precision or "float32"  # runs written before the flag
-    settings.accum_steps = settings.accum_steps or 1
-    return settings
+def resumed(run: Run, args: TrainArgs) -> RunConfig:
+    """(the saved RunConfig with this session's settings: the flags given now for what a
+    resume may change, `RunConfig.resumed`), after refusing a flag that would change the run."""
+    config = run.read_run_config()
+    if config.training is None:
+        raise ConfigError(f'{run.path(CONFIG_FILE)} has no "training" settings')
+    check_resume(args, config.recorded_settings(), run.path(CONFIG_FILE))
+    return config.replace(training=config.resumed(args))
 
 
 def train_tokenizer(train, vocab_size: int, args: TrainArgs) -> SubwordTokenizer:
@@ -263,29 +242,18 @@ def count_batches(
     return math.ceil(counted * train.num_pairs / sample)
 
 
-def wait_for(path: str, timeout: float, gave_up: str) -> None:
-    """A non-chief worker waits for the chief to write the run's config.json; when it gives
-    up it writes `gave_up` (read by the chief) and says so."""
-    deadline = time.monotonic() + timeout
-    while not tf.io.gfile.exists(path):  # the run directory may be gs://...
-        if time.monotonic() > deadline:
-            tf.io.gfile.makedirs(os.path.dirname(gave_up))
-            write_atomic(gave_up, f"gave up after {timeout:.0f} s\n")
-            raise ConfigError(
-                f"waited {timeout:.0f} s (--worker-wait) for the chief to write {path}: start "
-                f"the chief (TF_CONFIG task {chief_task()}) with the same --model-dir (a "
-                "directory every worker can read), or raise --worker-wait"
-            )
-        time.sleep(1.0)
-
-
 __all__ = [
+    "GAVE_UP",
+    "Preparation",
     "check_tag_symbol",
     "check_workers",
     "count_batches",
+    "count_passes",
     "load_data",
+    "new_run",
     "planned_settings",
-    "settle",
+    "prepare",
+    "resumed",
     "subword_sampler",
     "train_tokenizer",
     "wait_for",

@@ -91,7 +91,7 @@ class TrainingModel(keras.Model):
             )
             for name in ("data_position", "data_next")
         )
-        # multi-worker: every worker reads a stream of its own (`trainer.worker_streams`), so
+        # multi-worker: every worker reads a stream of its own (`streams.worker_streams`), so
         # each replica's next position is kept (None elsewhere)
         self.replica_next = None
         strategy = tf.distribute.get_strategy()

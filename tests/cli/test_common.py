@@ -37,7 +37,7 @@ def package_logger():
 
 
 def test_a_library_caller_silences_the_package_with_its_logger(package_logger):
-    from keras_transformer.training.trainer import report_dropped
+    from keras_transformer.training.streams import report_dropped
 
     records = []
     handler = logging.Handler()
@@ -47,7 +47,7 @@ def test_a_library_caller_silences_the_package_with_its_logger(package_logger):
     report_dropped(Stats(3), TrainArgs())
     assert [(r.name, r.levelname, r.getMessage()) for r in records] == [
         (
-            "keras_transformer.training.trainer",
+            "keras_transformer.training.streams",
             "INFO",
             "dropped 3 training pairs longer than --max-length 128",
         )
@@ -59,7 +59,7 @@ def test_a_library_caller_silences_the_package_with_its_logger(package_logger):
 
 
 def test_the_commands_logging_shows_info_lines_as_they_were_printed(package_logger):
-    from keras_transformer.training.trainer import report_dropped
+    from keras_transformer.training.streams import report_dropped
 
     stream = io.StringIO()
     setup_logging("INFO", stream)

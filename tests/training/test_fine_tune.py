@@ -77,7 +77,7 @@ def test_fine_tuning_starts_from_the_source_weights_and_tokenizer(runs):
     batch = first_batch(runs["data"], tokenizer)
     expected = loss_on(model, batch)
     np.testing.assert_allclose(logged, expected, rtol=1e-5)
-    fresh = kt.Transformer(source.model_config())  # what training from scratch starts with
+    fresh = kt.Transformer(source.read_run_config().model)  # what training from scratch starts with
     assert abs(logged - loss_on(fresh, batch)) > 0.1
     # a fine-tuned run has a fresh optimizer: step, schedule and Adam moments start again
     reader = tf.train.load_checkpoint(alone.checkpoints()[-1])

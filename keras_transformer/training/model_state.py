@@ -1,0 +1,129 @@
+"""The model a run trains and what its checkpoints restore: the compiled `TrainingModel`,
+the `tf.train.Checkpoint` of a resume, the restore from the chief's newest checkpoint."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+
+import keras
+import tensorflow as tf
+
+from keras_transformer.config import TransformerConfig
+from keras_transformer.losses import LabelSmoothedCrossEntropy, MaskedAccuracy
+from keras_transformer.model import Transformer
+from keras_transformer.optimization import paper_optimizer
+from keras_transformer.run_dir import Run
+from keras_transformer.settings.args import INITIAL_LOSS_SCALE, TrainSettings
+from keras_transformer.training import callbacks as cb
+from keras_transformer.training import ema
+from keras_transformer.training.job import Job
+from keras_transformer.training.step import TrainingModel
+
+logger = logging.getLogger(__name__)
+
+
+def build_model(config: TransformerConfig, settings: TrainSettings) -> TrainingModel:
+    """The Transformer inside a TrainingModel, compiled with the paper's optimizer (under
+    mixed_float16 inside Keras' LossScaleOptimizer, starting at `--initial-loss-scale`)."""
+    model = TrainingModel(Transformer(config), accum_steps=settings.accum_steps)
+    optimizer = paper_optimizer(
+        config.d_model, settings.warmup_steps, settings.lr_scale, ema_decay=settings.ema_decay
+    )
+    if settings.precision == "mixed_float16":  # what compile would wrap, with our start scale
+        optimizer = keras.optimizers.LossScaleOptimizer(
+            optimizer,
+            initial_scale=settings.initial_loss_scale or INITIAL_LOSS_SCALE,
+            name="loss_scale_optimizer",
+        )
+    model.compile(
+        optimizer=optimizer,
+        loss=LabelSmoothedCrossEntropy(config.label_smoothing),
+        metrics=[MaskedAccuracy()],
+        jit_compile=settings.jit_compile,
+    )
+    model.optimizer.build(model.transformer.trainable_variables)
+    return model
+
+
+def training_checkpoint(model: TrainingModel, progress: cb.BleuProgress) -> tf.train.Checkpoint:
+    """Everything a resume restores: weights, optimizer (and loss scale), the data stream's
+    position, the dropout RNG, the BLEU bookkeeping and the moving averages of --ema-decay."""
+    return tf.train.Checkpoint(
+        model=model.transformer,
+        optimizer=model.optimizer,
+        data_position=model.data_position,
+        data_next=model.data_next,
+        rng=seed_states(model.transformer),
+        **({"replica_next": model.replica_next} if model.replica_next is not None else {}),
+        bleu=progress,
+        **ema.checkpoint_items(model.optimizer),
+    )
+
+
+def restore(shared: Run, checkpoint, model, bleu, metrics) -> bool:
+    """Resume from the chief's newest checkpoint, on every worker; False when there is none.
+
+    Only the chief writes checkpoints; every worker restores the chief's newest one, so all
+    restart at the same step (and call their collectives at the same steps).
+    `best/` keeps its own score; the larger of it and the checkpoint's is the best so far.
+    metrics.jsonl and TensorBoard lose the events past the restored step (the resumed run
+    writes them again), and every event when there is nothing to restore.
+    """
+    paths = shared.checkpoints()
+    if not paths:  # a run killed before its first checkpoint wrote events: they go
+        metrics.resume(restored=False)
+        return False
+    try:
+        checkpoint.restore(paths[-1]).assert_existing_objects_matched()
+    except (AssertionError, ValueError, tf.errors.OpError) as err:
+        # the half-restored checkpoint lists its unrestored values when it is deleted at exit:
+        # the one-line error below says what matters
+        tf.get_logger().setLevel("ERROR")
+        first = str(err).strip().splitlines()[0][:200]
+        raise cb.TrainingError(
+            f"checkpoint {paths[-1]} does not match this model and training state ({first}): "
+            "it was written by another configuration or version; use a new --model-dir"
+        ) from None
+    bleu.restore_best(shared, step_of(model))
+    metrics.resume()
+    scale = getattr(model.optimizer, "dynamic_scale", None)
+    scale = f" (loss scale {float(scale.numpy()):g})" if scale is not None else ""
+    logger.info("resumed from %s at step %d%s", paths[-1], step_of(model), scale)
+    return True
+
+
+def check_restored_step(job: Job, step: int) -> None:
+    """Every worker restored the chief's step (a collective in multi-worker runs), else one
+    line naming the tasks that differ."""
+    if not job.multi_worker:
+        return
+    steps = cb.replica_steps(job.strategy, step)
+    cluster = json.loads(os.environ["TF_CONFIG"])["cluster"]
+    tasks = [f"chief:{i}" for i in range(len(cluster.get("chief") or []))]
+    tasks += [f"worker:{i}" for i in range(len(cluster.get("worker") or []))]
+    per_task = max(1, len(steps) // len(tasks))  # replicas are numbered task by task
+    cb.check_same_step(
+        steps, [tasks[min(i // per_task, len(tasks) - 1)] for i in range(len(steps))]
+    )
+
+
+def seed_states(model) -> list:
+    """The dropout layers' RNG states: saved with the checkpoints for an exact resume."""
+    return [v for v in model.variables if "seed_generator_state" in v.path]
+
+
+def step_of(model) -> int:
+    """The optimizer updates applied so far."""
+    return int(model.optimizer.iterations.numpy())
+
+
+__all__ = [
+    "build_model",
+    "check_restored_step",
+    "restore",
+    "seed_states",
+    "step_of",
+    "training_checkpoint",
+]

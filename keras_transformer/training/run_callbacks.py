@@ -1,0 +1,117 @@
+"""A run's callbacks, built with their collaborators: the BLEU bookkeeping
+(`cb.BleuProgress`) first, then the checkpoint that saves it, its manager, the NaN guard that
+names the manager's last checkpoint, and the BLEU callback that the guard silences; then the
+list `fit` runs, in Keras' order."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+
+import tensorflow as tf
+
+from keras_transformer.run_dir import LOG_DIR
+from keras_transformer.training import callbacks as cb
+from keras_transformer.training import ema
+from keras_transformer.training.job import Job
+from keras_transformer.training.model_state import training_checkpoint
+from keras_transformer.training.preemption import PreemptionSave
+from keras_transformer.training.progress import ProgressLog
+from keras_transformer.training.step import TrainingModel
+from keras_transformer.training.watchdog import ProgressWatchdog
+
+
+@dataclasses.dataclass(frozen=True)
+class Bookkeeping:
+    """The parts of a run that a resume restores or that save it."""
+
+    metrics: cb.MetricsLogger
+    checkpoint: tf.train.Checkpoint
+    manager: tf.train.CheckpointManager
+    guard: cb.NonFiniteLossGuard
+    bleu: cb.BleuEvaluation
+
+
+def bookkeeping(job: Job, prep, model: TrainingModel) -> Bookkeeping:
+    """The metrics log, the checkpoint and its manager, the NaN guard and the BLEU callback
+    of `prep` (a `preparation.Preparation`), built in the order they depend on each other."""
+    settings = prep.settings
+    metrics = cb.MetricsLogger(job.shared, cb.StepState(model), settings.log_every, job.chief)
+    progress = cb.BleuProgress()
+    checkpoint = training_checkpoint(model, progress)
+    manager = job.shared.checkpoint_manager(checkpoint, max_to_keep=settings.keep_checkpoints)
+    guard = cb.NonFiniteLossGuard(manager, settings.nonfinite_steps)
+    bleu = make_bleu_callback(
+        job, settings, model, prep.tokenizer, prep.valid, metrics=metrics, guard=guard,
+        progress=progress,
+    )  # fmt: skip
+    return Bookkeeping(metrics, checkpoint, manager, guard, bleu)
+
+
+def make_bleu_callback(
+    job: Job, settings, model, tokenizer, valid, *, metrics, guard, progress
+) -> cb.BleuEvaluation:
+    """Validation BLEU (the chief translates; every worker takes part in the stop decision)."""
+    from keras_transformer.inference.translator import Translator
+    from keras_transformer.settings.decoding import DecodingOptions
+
+    sources, references, translate = [], [], None
+    if job.chief:
+        pairs = valid.dataset
+        if settings.eval_sentences:
+            pairs = pairs.take(settings.eval_sentences)
+        for src, tgt in pairs.as_numpy_iterator():
+            sources.append(src.decode("utf-8"))
+            references.append(tgt.decode("utf-8"))
+        options = DecodingOptions(beam_size=settings.eval_beam_size)
+        translate = Translator(model.transformer, tokenizer, options)
+    return cb.BleuEvaluation(
+        translate,
+        sources,
+        references,
+        every=settings.eval_every,
+        best_dir=job.shared.path("best") if job.chief else None,
+        model=model.transformer,
+        state=cb.StepState(model),
+        metrics=metrics,
+        log_dir=job.shared.path(LOG_DIR),
+        patience=settings.patience,
+        strategy=job.strategy,
+        averaged=lambda: ema.swapped(model.transformer, model.optimizer),
+        guard=guard,
+        progress=progress,
+    )
+
+
+def make_callbacks(settings, manager, model, guard, evaluation: list, job: Job) -> list:
+    """Keras runs callbacks in this order: a checkpoint taken at an evaluation step must
+    already hold that evaluation's best score. The chief alone saves checkpoints; after a
+    SIGTERM to any worker, every worker stops at the same batch, the chief saves there."""
+    state = cb.StepState(model)
+    checkpoints = cb.CheckpointEvery(manager, state, settings.checkpoint_every, guard, job.chief)
+    timeout = settings.collective_timeout
+    watchdog = [ProgressWatchdog(timeout)] if timeout and job.multi_worker else []
+    # no progress bar (stdout not a terminal, or --verbose 2): a line every --log-every steps
+    lines = fit_verbosity(settings) == 2 and job.chief
+    progress = [ProgressLog(state, settings.train_steps, settings.log_every)] if lines else []
+    return [
+        *watchdog,  # --collective-timeout: no progress for that long ends the process
+        *progress,  # first: its step times leave out the callbacks' work (BLEU, checkpoints)
+        guard,
+        *evaluation,
+        *cb.kill_switch(state),  # tests only ($KT_KILL_AT)
+        checkpoints,
+        cb.StopAtStep(state, settings.train_steps),
+        PreemptionSave(job.strategy, lambda: int(model.data_position.numpy()), checkpoints.save),
+    ]
+
+
+def fit_verbosity(settings) -> int:
+    """Keras' `verbose`: --verbose, else the progress bar on a terminal and one line per
+    epoch elsewhere (where `ProgressLog` adds a line every --log-every steps)."""
+    if settings.verbose is not None:
+        return settings.verbose
+    return 1 if sys.stdout.isatty() else 2
+
+
+__all__ = ["Bookkeeping", "bookkeeping", "fit_verbosity", "make_bleu_callback", "make_callbacks"]

@@ -25,11 +25,8 @@ import os
 
 import numpy as np
 
-# spec.optimize's quantizations (CTranslate2 4.x)
-QUANTIZATIONS = (
-    "float32", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16",
-    "bfloat16",
-)  # fmt: skip
+from keras_transformer.settings.export_args import ExportArgs, ExportError
+
 TOKENIZER_FILE = "spm.model"
 RESERVED_IDS = 4  # config.RESERVED_IDS
 
@@ -143,6 +140,50 @@ def export_ctranslate2(model, tokenizer, path: str, quantization: str = "float32
     write_ctranslate2(model, tokens, path, max_positions=positions, quantization=quantization)
     with open(os.path.join(path, TOKENIZER_FILE), "wb") as handle:
         handle.write(tokenizer.proto)
+
+
+class CTranslate2Exporter:
+    """--format ctranslate2: a CTranslate2 model directory (`export_ctranslate2`) in the
+    same version directories as a SavedModel; models.config is left as it is (TF Serving
+    does not run it)."""
+
+    def __init__(self, args: ExportArgs):
+        self.args = args
+        self.quantization = args.quantization or "float32"
+
+    def check(self) -> None:
+        """Raise `ExportError` unless the ctranslate2 package is installed."""
+        try:
+            import ctranslate2  # noqa: F401
+        except ImportError:
+            raise ExportError(
+                '--format ctranslate2 needs the ctranslate2 package: pip install -e ".[ctranslate2]"'
+            ) from None
+
+    def check_model(self, model) -> None:
+        """Raise `ExportError` for a model CTranslate2's converter cannot take."""
+        if model.config.positional != "sinusoidal":
+            raise ExportError(
+                f"--format ctranslate2 converts sinusoidal positions only; {self.args.model_dir} "
+                f"uses {model.config.positional} ones: export it as a SavedModel"
+            )
+
+    def described(self) -> dict:
+        # CTranslate2's own search: its rule with a length penalty, its penalty
+        described = {**self.args.described(), "dtype": None, "stop_rule": "finished"}
+        return {**described, "quantization": self.quantization}
+
+    def write(self, translator, path: str) -> None:
+        export_ctranslate2(translator.model, translator.tokenizer, path, self.quantization)
+
+    def export(self, translator, agreement) -> str:
+        from keras_transformer.inference.export import export_translator
+
+        args = self.args
+        return export_translator(
+            translator, args.export_dir, model_name=args.model_name, version=args.version,
+            agreement=agreement, write=self.write,
+        )  # fmt: skip
 
 
 class Decoder:

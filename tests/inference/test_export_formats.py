@@ -113,7 +113,7 @@ def test_ctranslate2_export_equals_the_savedmodel_at_greedy(run, tmp_path):
     int8 export loads and reports too (its agreement is what it is)."""
     path = export_run(
         run, str(tmp_path), beam_size=1, alpha=0.0, max_extra_length=10,
-        export_format="ctranslate2", agreement_sentences=SENTENCES,
+        format="ctranslate2", agreement_sentences=SENTENCES,
     )  # fmt: skip
     for name in ("model.bin", "config.json", "shared_vocabulary.json", "spm.model"):
         assert os.path.exists(os.path.join(path, name)), name
@@ -122,7 +122,7 @@ def test_ctranslate2_export_equals_the_savedmodel_at_greedy(run, tmp_path):
     assert report["identical"] == SENTENCES, report
     assert not os.path.exists(os.path.join(str(tmp_path), "models.config"))
     int8 = export_run(
-        run, str(tmp_path), max_extra_length=10, export_format="ctranslate2",
+        run, str(tmp_path), max_extra_length=10, format="ctranslate2",
         quantization="int8", agreement_sentences=4,
     )  # fmt: skip
     report = report_of(int8)
@@ -137,10 +137,13 @@ def test_the_package_never_imports_ctranslate2_unless_asked():
         "for m in pkgutil.walk_packages(keras_transformer.__path__, 'keras_transformer.'):\n"
         "    importlib.import_module(m.name)\n"
         "from keras_transformer.cli import export\n"
-        "export.check_format(export.parse_args(['--model-dir', 'r', '--export-dir', 'e']))\n"
+        "from keras_transformer.inference.export import exporter\n"
+        "args = export.parse_args(['--model-dir', 'r', '--export-dir', 'e'])\n"
+        "args.check(); exporter(args).check()\n"
         "assert 'ctranslate2' not in sys.modules, 'imported'\n"
-        "export.check_format(export.parse_args(['--model-dir', 'r', '--export-dir', 'e',"
-        " '--format', 'ctranslate2']))\n"
+        "args = export.parse_args(['--model-dir', 'r', '--export-dir', 'e', '--format',"
+        " 'ctranslate2'])\n"
+        "args.check(); exporter(args).check()\n"
         "assert 'ctranslate2' in sys.modules\n"
         "print('ok')\n"
     )
@@ -153,7 +156,7 @@ def test_the_package_never_imports_ctranslate2_unless_asked():
 def test_the_library_refuses_xla_for_a_format_with_its_own_search(tmp_path):
     # The same check as kt-export's flag check, before the (missing) run is read.
     with pytest.raises(ExportError, match="--format ctranslate2 runs its own: drop --xla"):
-        export_run(str(tmp_path / "no-run"), str(tmp_path), export_format="ctranslate2", xla=True)
+        export_run(str(tmp_path / "no-run"), str(tmp_path), format="ctranslate2", xla=True)
     assert not os.listdir(tmp_path)
 
 

@@ -414,6 +414,26 @@ def test_saved_model_cli_run(exported):
     )
 
 
+def test_signature_defs_are_those_of_0_2(exported):
+    """The SignatureDefs of a fresh export equal those recorded from the export before
+    ExportArgs (tests/inference/export_signatures.json; xla_warmup: --xla's only)."""
+    from google.protobuf import json_format
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    _, _, path = exported
+    saved = saved_model_pb2.SavedModel()
+    with open(os.path.join(path, "saved_model.pb"), "rb") as handle:
+        saved.ParseFromString(handle.read())
+    found = {
+        name: json_format.MessageToDict(sig)
+        for name, sig in saved.meta_graphs[0].signature_def.items()
+    }
+    with open(os.path.join(os.path.dirname(__file__), "export_signatures.json")) as handle:
+        recorded = json.load(handle)
+    recorded.pop("xla_warmup")
+    assert found == recorded
+
+
 def test_warmup_record_is_a_prediction_log(exported):
     from tensorflow_serving.apis import prediction_log_pb2
 

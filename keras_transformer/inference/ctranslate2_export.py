@@ -25,11 +25,8 @@ import os
 
 import numpy as np
 
-# spec.optimize's quantizations (CTranslate2 4.x)
-QUANTIZATIONS = (
-    "float32", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16",
-    "bfloat16",
-)  # fmt: skip
+from keras_transformer.settings.export_args import ExportArgs, ExportError
+
 TOKENIZER_FILE = "spm.model"
 RESERVED_IDS = 4  # config.RESERVED_IDS
 
@@ -74,16 +71,35 @@ def write_ctranslate2(
 ) -> None:
     """Write `model` (a built `keras_transformer.Transformer`, sinusoidal positions, biases
     on) as a CTranslate2 model in `out_dir`, with `tokens` (id order) as both vocabularies,
-    its weights stored in `quantization` (one of QUANTIZATIONS; CTranslate2 may convert
-    again at load time, compute_type). `source_eos`: CTranslate2 appends eos to every
-    source, as our translator does."""
+    its weights stored in `quantization` (one of `settings.export_args.QUANTIZATIONS`;
+    CTranslate2 may convert again at load time, compute_type). `source_eos`: CTranslate2
+    appends eos to every source, as our translator does."""
+    if model.config.positional != "sinusoidal":
+        raise ValueError("only sinusoidal positions are converted")
+    spec = _empty_spec(model.config, source_eos)
+    _embeddings(spec, model, max_positions)
+    for layer, ours in zip(spec.encoder.layer, model.encoder.blocks, strict=True):
+        _attention(layer.self_attention, ours.self_attention)
+        _feed_forward(layer.ffn, ours.feed_forward)
+    for layer, ours in zip(spec.decoder.layer, model.decoder.blocks, strict=True):
+        _attention(layer.self_attention, ours.self_attention)
+        _attention(layer.attention, ours.cross_attention)
+        _feed_forward(layer.ffn, ours.feed_forward)
+    if model.config.norm_first:
+        _norm(spec.encoder.layer_norm, model.encoder.final_norm)
+        _norm(spec.decoder.layer_norm, model.decoder.final_norm)
+    spec.register_source_vocabulary(tokens)
+    spec.register_target_vocabulary(tokens)
+    spec.validate()
+    spec.optimize(quantization=quantization)
+    os.makedirs(out_dir, exist_ok=True)
+    spec.save(out_dir)
+
+
+def _empty_spec(cfg, source_eos: bool):
+    """A `TransformerSpec` of the shape of `cfg` (a `TransformerConfig`), weights unset."""
     from ctranslate2.specs import common_spec, transformer_spec
 
-    from keras_transformer.layers.embedding import sinusoid_table
-
-    cfg = model.config
-    if cfg.positional != "sinusoidal":
-        raise ValueError("only sinusoidal positions are converted")
     activations = {
         "relu": common_spec.Activation.RELU,
         "swish": common_spec.Activation.SWISH,
@@ -98,6 +114,15 @@ def write_ctranslate2(
     )
     spec.config.layer_norm_epsilon = cfg.layer_norm_epsilon
     spec.config.add_source_eos = source_eos
+    return spec
+
+
+def _embeddings(spec, model, max_positions: int) -> None:
+    """The tied embedding (both sides' inputs and the output projection, with its bias) and
+    our sinusoidal table for `max_positions` positions."""
+    from keras_transformer.layers.embedding import sinusoid_table
+
+    cfg = model.config
     embedding = np.asarray(model.embedding.embeddings, np.float32)
     positions = sinusoid_table(np.arange(max_positions), cfg.d_model, cfg.sinusoid_layout).numpy()
     for side in (spec.encoder, spec.decoder):
@@ -111,22 +136,6 @@ def write_ctranslate2(
         np.zeros(cfg.vocab_size, np.float32) if bias is None else np.asarray(bias, np.float32)
     )
     spec.decoder.start_from_zero_embedding = cfg.decoder_start_zero
-    for layer, ours in zip(spec.encoder.layer, model.encoder.blocks, strict=True):
-        _attention(layer.self_attention, ours.self_attention)
-        _feed_forward(layer.ffn, ours.feed_forward)
-    for layer, ours in zip(spec.decoder.layer, model.decoder.blocks, strict=True):
-        _attention(layer.self_attention, ours.self_attention)
-        _attention(layer.attention, ours.cross_attention)
-        _feed_forward(layer.ffn, ours.feed_forward)
-    if cfg.norm_first:
-        _norm(spec.encoder.layer_norm, model.encoder.final_norm)
-        _norm(spec.decoder.layer_norm, model.decoder.final_norm)
-    spec.register_source_vocabulary(tokens)
-    spec.register_target_vocabulary(tokens)
-    spec.validate()
-    spec.optimize(quantization=quantization)
-    os.makedirs(out_dir, exist_ok=True)
-    spec.save(out_dir)
 
 
 def export_ctranslate2(model, tokenizer, path: str, quantization: str = "float32") -> None:
@@ -143,6 +152,50 @@ def export_ctranslate2(model, tokenizer, path: str, quantization: str = "float32
     write_ctranslate2(model, tokens, path, max_positions=positions, quantization=quantization)
     with open(os.path.join(path, TOKENIZER_FILE), "wb") as handle:
         handle.write(tokenizer.proto)
+
+
+class CTranslate2Exporter:
+    """--format ctranslate2: a CTranslate2 model directory (`export_ctranslate2`) in the
+    same version directories as a SavedModel; models.config is left as it is (TF Serving
+    does not run it)."""
+
+    def __init__(self, args: ExportArgs):
+        self.args = args
+        self.quantization = args.quantization or "float32"
+
+    def check(self) -> None:
+        """Raise `ExportError` unless the ctranslate2 package is installed."""
+        try:
+            import ctranslate2  # noqa: F401
+        except ImportError:
+            raise ExportError(
+                '--format ctranslate2 needs the ctranslate2 package: pip install -e ".[ctranslate2]"'
+            ) from None
+
+    def check_model(self, model) -> None:
+        """Raise `ExportError` for a model CTranslate2's converter cannot take."""
+        if model.config.positional != "sinusoidal":
+            raise ExportError(
+                f"--format ctranslate2 converts sinusoidal positions only; {self.args.model_dir} "
+                f"uses {model.config.positional} ones: export it as a SavedModel"
+            )
+
+    def described(self) -> dict:
+        # CTranslate2's own search: its rule with a length penalty, its penalty
+        described = {**self.args.described(), "dtype": None, "stop_rule": "finished"}
+        return {**described, "quantization": self.quantization}
+
+    def write(self, translator, path: str) -> None:
+        export_ctranslate2(translator.model, translator.tokenizer, path, self.quantization)
+
+    def export(self, translator, agreement) -> str:
+        from keras_transformer.inference.export import export_translator
+
+        args = self.args
+        return export_translator(
+            translator, args.export_dir, model_name=args.model_name, version=args.version,
+            agreement=agreement, write=self.write,
+        )  # fmt: skip
 
 
 class Decoder:

@@ -18,20 +18,15 @@ num_hypotheses)), `translate_with_stop_rule` (the same plus stop_rule), `score` 
 holds only TensorFlow and TensorFlow Text ops (an `xla` export: also a function compiled by
 XLA, which the server must allow). Variables are tracked through
 `keras.export.ExportArchive`, so TF1-style session loaders (TF Serving's) find them.
-`models.config` lists every model exported to the same directory: exporting a model
-replaces its own entry and keeps the others. The warmup file holds one request per
-signature; agreement.json compares the export with the reference search (`agreement`).
+models.config and the warmup file: `serving_layout`. agreement.json compares the export
+with the reference search (`agreement`).
 """
 
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 
 import keras
-import numpy as np
-import tensorflow as tf
 
 from keras_transformer.config import (
     ALPHA,
@@ -41,13 +36,11 @@ from keras_transformer.config import (
     MIN_LENGTH,
     STOP_RULE,
 )
-from keras_transformer.errors import KerasTransformerError
-from keras_transformer.files import make_public_dir, write_atomic
 from keras_transformer.inference import agreement as agree
+from keras_transformer.inference import serving_layout as layout
 from keras_transformer.inference import xla_search
 from keras_transformer.inference.agreement import skipped, write_report
 from keras_transformer.inference.options import (
-    DTYPES,
     OPTIONS,
     SAMPLE,
     SCORE,
@@ -55,147 +48,17 @@ from keras_transformer.inference.options import (
     STRINGS,
     XLA_SHAPES,
 )
+from keras_transformer.inference.serving_layout import describe_export, write_models_config
 from keras_transformer.inference.translator import Translator
 from keras_transformer.run_dir import Run, load_trained
 from keras_transformer.settings.decoding import write_options
-
-WARMUP_FILE = "tf_serving_warmup_requests"
-WARMUP_SENTENCES = ("A man is riding a bicycle.", "", "Zwei Hunde spielen im Schnee.")
-# one warmup request per signature TF Serving may be asked (each traced and run once at load,
-# so no client request pays for the first run): its inputs beside WARMUP_SENTENCES
-_SEARCH_WARMUP = {
-    "beam_size": [BEAM_SIZE, 1, 2],
-    "alpha": [ALPHA, 0.0, 1.0],
-    "max_extra_length": [MAX_EXTRA_LENGTH, 10, 5],
-    "num_hypotheses": [1, 1, 2],
-    "target_prefix": ["", "", "Two"],
-}
-WARMUP_OPTIONS = {
-    "serving_default": {},
-    "translate_nbest": {},
-    "translate_with_options": _SEARCH_WARMUP,
-    "translate_with_stop_rule": {**_SEARCH_WARMUP, "stop_rule": ["", "finished", "top"]},
-    "score": {"targets": ["Ein Mann fährt Fahrrad.", "", "Two dogs play in the snow."]},
-    "sample": {
-        "temperature": [1.0, 0.7, 1.0],
-        "top_k": [0, 5, 1],
-        "top_p": [1.0, 0.9, 1.0],
-        "seed": [0, 1, 2],
-    },
-}
-MODELS_CONFIG = "models.config"
-# --xla: the largest request (sentences) the warmup compiles for: serving/batching.config's
-# max_batch_size; the rows of one warmup request (at most that too)
-XLA_MAX_BATCH = 64
-XLA_WARMUP_CHUNK = 32
-
-
-class ExportError(KerasTransformerError, ValueError):
-    """A bad export request; the message names the path or flag."""
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        out.append(byte | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
-
-
-def _field(number: int, payload: bytes) -> bytes:
-    """A length-delimited protobuf field."""
-    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
-
-
-def warmup_record(
-    model_name: str, sentences, signature_name: str = "serving_default", options=None
-) -> bytes:
-    """A serialized tensorflow.serving.PredictionLog holding one PredictRequest: `sentences`
-    as "inputs" and `options` ({input name: one value per sentence}, dtypes from
-    `options.DTYPES`; "targets" strings) as the signature's other inputs; `sentences` None:
-    no "inputs" (`xla_warmup`, whose only input is "shapes").
-
-    Encoded by hand (PredictionLog.predict_log = 6, PredictLog.request = 1,
-    PredictRequest.model_spec = 1 / inputs = 2, ModelSpec.name = 1 / signature_name = 3)
-    so that exporting needs no tensorflow-serving-api; tests check it against that package.
-    """
-    model_spec = _field(1, model_name.encode()) + _field(3, signature_name.encode())
-    request = _field(1, model_spec)
-    inputs = {} if sentences is None else {"inputs": list(sentences)}
-    for name, values in {**inputs, **(options or {})}.items():
-        dtype = DTYPES.get(name, tf.string)
-        values = values if isinstance(values, np.ndarray) else list(values)  # shapes: (N, 5)
-        tensor = tf.make_tensor_proto(values, dtype=dtype).SerializeToString()
-        request += _field(2, _field(1, name.encode()) + _field(2, tensor))  # a map entry
-    return _field(6, _field(1, request))
-
-
-def warmup_records(model_name: str, xla_shapes=()) -> list[bytes]:
-    """The warmup requests of an export: with `xla_shapes` (rows [P, C, S, K, W], see
-    `xla_warmup_shapes`), first `xla_warmup` requests compiling them all, XLA_WARMUP_CHUNK
-    rows a request; then one request per signature (WARMUP_OPTIONS)."""
-    records = [
-        warmup_record(
-            model_name,
-            None,
-            "xla_warmup",
-            {"shapes": np.array(xla_shapes[start : start + XLA_WARMUP_CHUNK], np.int32)},
-        )
-        for start in range(0, len(xla_shapes), XLA_WARMUP_CHUNK)
-    ]
-    return records + [
-        warmup_record(model_name, WARMUP_SENTENCES, signature, options)
-        for signature, options in WARMUP_OPTIONS.items()
-    ]
-
-
-def models_config(model_name: str, base_path: str, existing: str | None = None, path=""):
-    """TF Serving's --model_config_file text: `existing`'s entries (parsed with protobuf
-    text_format into tensorflow_serving's ModelServerConfig) with this model's entry replaced,
-    or added last; the others kept with all their fields, in order."""
-    from google.protobuf import text_format
-    from tensorflow_serving.config import model_server_config_pb2
-
-    config = model_server_config_pb2.ModelServerConfig()
-    if existing:
-        try:
-            text_format.Parse(existing, config)
-        except text_format.ParseError as err:
-            raise ExportError(
-                f"{path} is not a TF Serving model config ({err}); fix or move it away"
-            ) from None
-        if config.WhichOneof("config") == "custom_model_config":
-            raise ExportError(
-                f"{path} holds a custom_model_config, not a model_config_list; move it away"
-            )
-    entries = config.model_config_list.config
-    mine = next((entry for entry in entries if entry.name == model_name), None)
-    if mine is None:
-        mine = entries.add()
-    mine.Clear()
-    mine.name, mine.base_path, mine.model_platform = model_name, base_path, "tensorflow"
-    return text_format.MessageToString(config)
-
-
-def write_models_config(export_dir: str, model_name: str, base_path: str) -> str:
-    """Merge this model into `<export_dir>/models.config` (written atomically); its path."""
-    path = os.path.join(export_dir, MODELS_CONFIG)
-    existing = None
-    if os.path.exists(path):
-        with open(path, encoding="utf-8") as handle:
-            existing = handle.read()
-    text = models_config(model_name, base_path, existing, path)
-    write_atomic(path, text)
-    return path
-
-
-def next_version(model_root: str) -> int:
-    versions = (
-        [int(d) for d in os.listdir(model_root) if d.isdigit()] if os.path.isdir(model_root) else []
-    )
-    return max(versions, default=0) + 1
+from keras_transformer.settings.export_args import (
+    DTYPES_EXPORT,
+    FORMATS,
+    XLA_MAX_BATCH,
+    ExportArgs,
+    ExportError,
+)
 
 
 def export_translator(
@@ -211,44 +74,24 @@ def export_translator(
 ) -> str:
     """Write `translator` as `<export_dir>/<model_name>/<version>/`; returns that path.
 
-    The version directory appears whole or not at all (written beside it, then renamed);
-    an existing version is never overwritten. `agreement(staging path)` -> the agreement
+    The version directory appears whole or not at all (`serving_layout.write_version`); an
+    existing version is never overwritten. `agreement(staging path)` -> the agreement
     report (dict, see `agreement`), written as assets.extra/agreement.json before the
     rename; default: a report saying none was made. `write(translator, staging path)`
     replaces the SavedModel writer (`--format ctranslate2`; models.config is then left as
     it is). A `Translator(xla=True)` gets warmup requests that compile its search for
     requests of up to `xla_max_batch` sentences.
     """
-    model_root = os.path.join(export_dir, model_name)
-    version = next_version(model_root) if version is None else version
-    if not isinstance(version, int) or version < 1:
-        raise ExportError(f"version must be a positive integer, got {version!r}")
-    final = os.path.join(model_root, str(version))
-    if os.path.exists(final):
-        raise ExportError(f"{final} already exists; choose another version or leave it out")
-    os.makedirs(model_root, exist_ok=True)
-    # a private directory beside the final one (same filesystem, so the rename is atomic);
-    # a concurrent export gets its own
-    staging = tempfile.mkdtemp(dir=model_root, prefix=f".tmp-{version}-")
-    try:
-        make_public_dir(staging)  # mkdtemp's 0700 -> the umask's: TF Serving may be another user
+
+    def fill(staging: str) -> None:
         if write is None:
             _write_saved_model(translator, staging, model_name, xla_max_batch)
         else:
             write(translator, staging)
         report = agreement(staging) if agreement else skipped("no validation sentences given")
         write_report(os.path.join(staging, "assets.extra"), report)
-        try:
-            os.rename(staging, final)  # fails, rather than replaces, if `final` appeared
-        except OSError:
-            if os.path.exists(final):
-                raise ExportError(
-                    f"{final} was written meanwhile; choose another version"
-                ) from None
-            raise
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+
+    final = layout.write_version(os.path.join(export_dir, model_name), version, fill)
     if write is None:
         write_models_config(export_dir, model_name, base_path or f"/models/{model_name}")
     return final
@@ -278,13 +121,9 @@ def _write_saved_model(
     with open(os.path.join(path, "assets", "spm.model"), "wb") as handle:
         handle.write(translator.tokenizer.proto)
     write_options(os.path.join(path, "assets"), translator.options)  # kt-translate's defaults
-    extra = os.path.join(path, "assets.extra")
-    os.makedirs(extra, exist_ok=True)
-    with tf.io.TFRecordWriter(os.path.join(extra, WARMUP_FILE)) as writer:
-        # with xla: every shape the search compiles for, before any request
-        shapes = xla_warmup_shapes(translator, xla_max_batch) if translator.xla else []
-        for record in warmup_records(model_name, shapes):
-            writer.write(record)
+    # with xla: every shape the search compiles for, before any request
+    shapes = xla_warmup_shapes(translator, xla_max_batch) if translator.xla else []
+    layout.write_warmup(path, model_name, shapes)
 
 
 def xla_warmup_shapes(translator: Translator, max_batch: int) -> list[list[int]]:
@@ -300,39 +139,42 @@ def xla_warmup_shapes(translator: Translator, max_batch: int) -> list[list[int]]
     )
 
 
-def describe_export(path: str) -> str:
-    """What an export holds: its files' size on disk and each signature's inputs/outputs."""
-    from tensorflow.core.protobuf import saved_model_pb2
+class SavedModelExporter:
+    """--format savedmodel: a SavedModel in TF Serving's layout (`serving_layout`), its
+    warmup records and its models.config entry."""
 
-    saved = saved_model_pb2.SavedModel()
-    with open(os.path.join(path, "saved_model.pb"), "rb") as handle:
-        saved.ParseFromString(handle.read())
-    size = sum(
-        os.path.getsize(os.path.join(root, name))
-        for root, _, names in os.walk(path)
-        for name in names
-    )
-    lines = [f"{path}: {size / 2**20:.1f} MiB on disk"]
-    for sub in ("saved_model.pb", "variables", "assets", "assets.extra"):
-        lines.append(f"  {os.path.join(path, sub)}")
+    def __init__(self, args: ExportArgs):
+        self.args = args
 
-    def describe(tensors):
-        parts = []
-        for key, info in sorted(tensors.items()):
-            dims = [d.size if d.size >= 0 else None for d in info.tensor_shape.dim]
-            parts.append(f"{key} {tf.dtypes.as_dtype(info.dtype).name}{dims}")
-        return ", ".join(parts)
+    def check(self) -> None:
+        """Nothing beyond the flags' own checks."""
 
-    signatures = saved.meta_graphs[0].signature_def
-    for name in sorted(s for s in signatures if not s.startswith("__")):
-        sig = signatures[name]
-        lines.append(f"  signature {name}: ({describe(sig.inputs)}) -> ({describe(sig.outputs)})")
-    return "\n".join(lines)
+    def check_model(self, model) -> None:
+        """Every model exports as a SavedModel."""
+
+    def described(self) -> dict:
+        return self.args.described()
+
+    def export(self, translator: Translator, agreement) -> str:
+        args = self.args
+        return export_translator(
+            translator, args.export_dir, model_name=args.model_name, version=args.version,
+            agreement=agreement, xla_max_batch=args.xla_max_batch,
+        )  # fmt: skip
+
+
+def exporter(args: ExportArgs):
+    """The exporter of `args.format`: one class per format (FORMATS)."""
+    if args.format == "ctranslate2":  # imported for that format only
+        from keras_transformer.inference.ctranslate2_export import CTranslate2Exporter
+
+        return CTranslate2Exporter(args)
+    return SavedModelExporter(args)
 
 
 def export_run(
-    model_dir: str,
-    export_dir: str,
+    model_dir: str | ExportArgs,
+    export_dir: str | None = None,
     *,
     model_name: str = "transformer",
     version: int | None = None,
@@ -352,93 +194,71 @@ def export_run(
     xla: bool = False,
     xla_max_batch: int = XLA_MAX_BATCH,
 ) -> str:
-    """Load the run in `model_dir` (averaging the last K checkpoints) and export it.
+    """Load the run in `model_dir` (averaging the last K checkpoints) and export it; returns
+    the version directory (`export_with`). `model_dir` may also be kt-export's flags whole,
+    an `ExportArgs` (then alone). The keywords are ExportArgs' fields but three, named as
+    before it: `use_best` (--best), `ema` (False: --no-ema), `export_format` (--format);
+    `quantization` applies to --format ctranslate2 only, and `agreement_sentences` is 0
+    unless given (kt-export's: 200)."""
+    if isinstance(model_dir, ExportArgs):
+        return export_with(model_dir)
+    return export_with(ExportArgs(
+        model_dir, export_dir, model_name=model_name, version=version, average_last=average_last,
+        best=use_best, no_ema=not ema, beam_size=beam_size, alpha=alpha,
+        max_extra_length=max_extra_length, min_length=min_length, stop_rule=stop_rule,
+        attention_layer=attention_layer, dtype=dtype, format=export_format,
+        quantization=quantization if export_format == "ctranslate2" else None,
+        agreement_sentences=agreement_sentences, xla=xla, xla_max_batch=xla_max_batch,
+    ))  # fmt: skip
 
-    Checkpoints holding moving averages of the weights (--ema-decay) contribute those, unless
-    `ema` is False (the raw weights). best/ holds only the weights that were validated.
-    `dtype`: the exported model's compute dtype (DTYPES_EXPORT: the variables stay float32,
-    each layer computes in it; logits, log-probabilities and scores stay float32).
-    `export_format` "ctranslate2" writes a CTranslate2 model (weights in `quantization`)
-    instead of a SavedModel. `agreement_sentences`: N > 0 compares the export, as written,
-    with the float32 exact-rule translator on the run's first N validation sentences (see
-    `agreement`); the report is written either way. `xla`: the beam searches compiled by
-    XLA (`Translator`'s `xla`; SavedModel only), with warmup requests for up to
-    `xla_max_batch` sentences a request; the agreement report then compares that export
-    with the reference (the default export's search).
+
+def export_with(args: ExportArgs) -> str:
+    """Load the run `args` names (averaging the last K checkpoints) and export it as
+    `args.format` asks (`exporter`); returns the version directory.
+
+    Checkpoints holding moving averages of the weights (--ema-decay) contribute those unless
+    `no_ema`; best/ holds only the weights that were validated. `dtype`: the exported
+    model's compute dtype (the variables stay float32; logits, log-probabilities and scores
+    too). `agreement_sentences` N > 0 compares the export, as written, with the float32
+    exact-rule translator on the run's first N validation sentences (see `agreement`); the
+    report is written either way. `xla`: the beam searches compiled by XLA (`Translator`'s
+    `xla`), with warmup requests for up to `xla_max_batch` sentences a request.
     """
-    _check_options(model_dir, dtype, export_format, xla, use_best, ema)
+    args.check()
+    chosen = exporter(args)
+    chosen.check()
+    _check_run(args)
     model, tokenizer, _ = load_trained(
-        model_dir, average_last=average_last, use_best=use_best, ema=ema
+        args.model_dir, average_last=args.average_last, use_best=args.best, ema=not args.no_ema
     )
-    if export_format == "ctranslate2" and model.config.positional != "sinusoidal":
-        raise ExportError(
-            f"--format ctranslate2 converts sinusoidal positions only; {model_dir} uses "
-            f"{model.config.positional} ones: export it as a SavedModel"
-        )
-    settings = dict(
-        beam_size=beam_size,
-        alpha=alpha,
-        max_extra_length=max_extra_length,
-        min_length=min_length,
-        attention_layer=attention_layer,
-    )
+    chosen.check_model(model)
+    settings = args.search_settings()
     translator = Translator(
-        with_compute_dtype(model, dtype), tokenizer, stop_rule=stop_rule, xla=xla, **settings
+        with_compute_dtype(model, args.dtype),
+        tokenizer,
+        stop_rule=args.stop_rule,
+        xla=args.xla,
+        **settings,
     )
-    described = {"format": export_format, "dtype": dtype, "stop_rule": stop_rule, **settings}
-    if xla:
-        described["xla"] = True
-    write = None
-    if export_format == "ctranslate2":
-        from keras_transformer.inference import ctranslate2_export
-
-        def write(translator, path):
-            ctranslate2_export.export_ctranslate2(model, tokenizer, path, quantization)
-
-        # CTranslate2's own search: its rule with a length penalty, its penalty
-        described.update(quantization=quantization, dtype=None, stop_rule="finished")
     agreement = agree.AgreementReport(
-        model_dir,
-        agreement_sentences,
+        args.model_dir,
+        args.agreement_sentences,
         reference=Translator(model, tokenizer, stop_rule="exact", **settings),
-        described=described,
+        described=chosen.described(),
         max_input_length=translator.max_input_length,
     )
-    return export_translator(
-        translator, export_dir, model_name=model_name, version=version, agreement=agreement,
-        write=write, xla_max_batch=xla_max_batch,
-    )  # fmt: skip
+    return chosen.export(translator, agreement)
 
 
-def _check_options(model_dir, dtype, export_format, xla, use_best, ema) -> None:
-    """Raise `ExportError` for options that cannot go together, before loading anything."""
-    if dtype not in DTYPES_EXPORT:
-        raise ExportError(f"--dtype must be one of {', '.join(DTYPES_EXPORT)}, got {dtype!r}")
-    if export_format not in FORMATS:
-        raise ExportError(f"--format must be one of {', '.join(FORMATS)}, got {export_format!r}")
-    check_search_format(xla, export_format)
-    if (
-        use_best
-        and not ema
-        and getattr(Run(model_dir).read_run_config().training, "ema_decay", None)
-    ):
+def _check_run(args: ExportArgs) -> None:
+    """Raise `ExportError` for flags the run cannot serve, before loading its weights."""
+    if not (args.best and args.no_ema):
+        return
+    if getattr(Run(args.model_dir).read_run_config().training, "ema_decay", None):
         raise ExportError(
-            f"--best --no-ema: {model_dir}/best holds only the averaged weights that were "
+            f"--best --no-ema: {args.model_dir}/best holds only the averaged weights that were "
             "validated (the run used --ema-decay); drop --best to export raw weights"
         )
-
-
-def check_search_format(xla: bool, export_format: str) -> None:
-    """Raise `ExportError` if `xla` is asked of a format that runs its own search."""
-    if xla and export_format != "savedmodel":
-        raise ExportError(
-            f"--xla compiles a SavedModel's search; --format {export_format} runs its own: "
-            "drop --xla or --format"
-        )
-
-
-DTYPES_EXPORT = ("float32", "bfloat16", "float16")
-FORMATS = ("savedmodel", "ctranslate2")
 
 
 def with_compute_dtype(model, dtype: str):
@@ -452,3 +272,21 @@ def with_compute_dtype(model, dtype: str):
     copy.build()
     copy.set_weights(model.get_weights())
     return copy
+
+
+__all__ = [
+    "AVERAGE_LAST",
+    "DTYPES_EXPORT",
+    "FORMATS",
+    "XLA_MAX_BATCH",
+    "ExportArgs",
+    "ExportError",
+    "SavedModelExporter",
+    "describe_export",
+    "export_run",
+    "export_translator",
+    "export_with",
+    "exporter",
+    "with_compute_dtype",
+    "xla_warmup_shapes",
+]

@@ -11,11 +11,13 @@ from keras_transformer import config
 from keras_transformer.config import BOS_ID, EOS_ID
 from keras_transformer.inference.export import (
     AVERAGE_LAST,
-    WARMUP_FILE,
-    WARMUP_OPTIONS,
     ExportError,
     export_run,
     export_translator,
+)
+from keras_transformer.inference.serving_layout import (
+    WARMUP_FILE,
+    WARMUP_OPTIONS,
     models_config,
     warmup_record,
 )
@@ -412,6 +414,26 @@ def test_saved_model_cli_run(exported):
         and "Result for output key scores" in out.stdout
         and "Result for output key truncated" in out.stdout
     )
+
+
+def test_signature_defs_are_those_of_0_2(exported):
+    """The SignatureDefs of a fresh export equal those recorded from the export before
+    ExportArgs (tests/inference/export_signatures.json; xla_warmup: --xla's only)."""
+    from google.protobuf import json_format
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    _, _, path = exported
+    saved = saved_model_pb2.SavedModel()
+    with open(os.path.join(path, "saved_model.pb"), "rb") as handle:
+        saved.ParseFromString(handle.read())
+    found = {
+        name: json_format.MessageToDict(sig)
+        for name, sig in saved.meta_graphs[0].signature_def.items()
+    }
+    with open(os.path.join(os.path.dirname(__file__), "export_signatures.json")) as handle:
+        recorded = json.load(handle)
+    recorded.pop("xla_warmup")
+    assert found == recorded
 
 
 def test_warmup_record_is_a_prediction_log(exported):
@@ -1088,3 +1110,23 @@ def test_the_emulated_server_refuses_what_tf_serving_refuses(exported, tmp_path)
     )
     assert one == {"results": [{"outputs": ["a"]}]}
     assert "equal 0th-dimension size" in several["error"]
+
+
+def test_export_run_keeps_the_keyword_names_of_0_1(tmp_path):
+    """export_run's keywords are those it had before ExportArgs (use_best, ema, export_format),
+    each mapped to its kt-export flag: use_best=True, ema=False on a run that recorded
+    --ema-decay is refused before any weight is read, as kt-export --best --no-ema is."""
+    import inspect
+
+    from keras_transformer.run_dir import Run
+
+    names = set(inspect.signature(export_run).parameters)
+    assert {"use_best", "ema", "export_format", "quantization"} <= names
+    assert not {"best", "no_ema", "format"} & names
+    cfg = config.TransformerConfig.preset("tiny", vocab_size=100)
+    Run(str(tmp_path / "run")).write_config(
+        {"model": cfg.to_dict(), "training": {"ema_decay": 0.999}}
+    )
+    with pytest.raises(ExportError, match="--best --no-ema"):
+        export_run(str(tmp_path / "run"), str(tmp_path / "exports"), use_best=True, ema=False)
+    assert not os.path.exists(tmp_path / "exports")

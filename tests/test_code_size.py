@@ -41,7 +41,6 @@ ALLOWED = {
     "keras_transformer/inference/sampling.py:sampled_log_probs": "sizes2",
     "keras_transformer/inference/search.py:beam_search": "beam",
     "keras_transformer/model.py:Transformer.init_cache": "sizes2",
-    "keras_transformer/training/callbacks.py": "sizes2",
     "keras_transformer/training/trainer.py": "config2",
     "keras_transformer/training/trainer.py:train": "config2",
 }

@@ -165,33 +165,37 @@ class Transformer(keras.Model):
         {"buffer_k", "buffer_v"} (B, h, C G, d_k / d_v) (see attention_cache.py). The
         outputs equal those of the growing cache (the positions not written are masked).
         """
-        cfg = self.config
         batch = tf.shape(memory)[0]
-        d_k, d_v = self.decoder.d_k, self.decoder.d_v
-
-        def empty(depth):
-            return tf.zeros([batch, cfg.num_heads, 0, depth], self.compute_dtype)
-
         return {
             "rows": {"slots": tf.zeros([batch, 0], tf.int32)},
             "sentence": {
                 "memory_mask": masks.key_padding_mask(tf.convert_to_tensor(source_ids, tf.int32)),
                 "cross": self.decoder.project_memory(memory),
-                "self": {
-                    f"layer_{i}": (
-                        {"buffer_k": empty(d_k), "buffer_v": empty(d_v)}
-                        if fixed_capacity
-                        else {
-                            "k": empty(d_k),
-                            "v": empty(d_v),
-                            "recent_k": empty(d_k),
-                            "recent_v": empty(d_v),
-                        }
-                    )
-                    for i in range(cfg.num_decoder_layers)
-                },
+                "self": self._empty_self_cache(batch, fixed_capacity),
             },
             "constant": {"output_kernel": self.embedding.output_kernel()},
+        }
+
+    def _empty_self_cache(self, batch, fixed_capacity):
+        """`init_cache`'s "self" entry: every decoder layer's empty self-attention keys and
+        values, (B, h, 0, d_k / d_v) each."""
+        d_k, d_v = self.decoder.d_k, self.decoder.d_v
+
+        def empty(depth):
+            return tf.zeros([batch, self.config.num_heads, 0, depth], self.compute_dtype)
+
+        return {
+            f"layer_{i}": (
+                {"buffer_k": empty(d_k), "buffer_v": empty(d_v)}
+                if fixed_capacity
+                else {
+                    "k": empty(d_k),
+                    "v": empty(d_v),
+                    "recent_k": empty(d_k),
+                    "recent_v": empty(d_v),
+                }
+            )
+            for i in range(self.config.num_decoder_layers)
         }
 
     def grow_cache(self, cache, capacity):

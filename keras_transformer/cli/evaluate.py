@@ -51,7 +51,6 @@ def main(argv=None, prog: str = "kt-evaluate") -> int:
         EvaluationError,
         check_output,
         read_lines,
-        score,
         translate_all,
     )
 
@@ -77,16 +76,23 @@ def main(argv=None, prog: str = "kt-evaluate") -> int:
     if args.output:
         with open(args.output, "w", encoding="utf-8") as handle:
             handle.write("".join(h + "\n" for h in hypotheses))
+    print(json.dumps(_result(args, hypotheses, references, sum(truncated), seconds), indent=2))
+    return 0
+
+
+def _result(args, hypotheses: list[str], references: list[str], cut: int, seconds: float):
+    """kt-evaluate's JSON: the scores, what was scored, the time and the speeds."""
+    from keras_transformer.inference.evaluation import score
+
     result = score(hypotheses, references)
     result.update(model=args.model, src=args.src, ref=args.ref, seconds=round(seconds, 1))
-    result["truncated_inputs"] = sum(truncated)
+    result["truncated_inputs"] = cut
     if seconds:
-        result["sentences_per_s"] = round(len(sources) / seconds, 1)
+        result["sentences_per_s"] = round(len(hypotheses) / seconds, 1)
         tokens = target_tokens(args.model, hypotheses)
         if tokens is not None:
             result["target_tokens_per_s"] = round(tokens / seconds, 1)
-    print(json.dumps(result, indent=2))
-    return 0
+    return result
 
 
 if __name__ == "__main__":

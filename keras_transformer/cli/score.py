@@ -55,7 +55,6 @@ def main(argv=None, prog: str = "kt-score") -> int:
     from keras_transformer.inference.evaluation import (
         EvaluationError,
         check_output,
-        length_order,
         load_export,
         read_lines,
         report_truncated,
@@ -76,13 +75,25 @@ def main(argv=None, prog: str = "kt-score") -> int:
         score_fn = load_export(args.model, "score")
     except (KerasTransformerError, OSError) as err:
         return flag_error(prog, err)
+    lines, cut, target_cut = _score_all(score_fn, sources, targets, args.batch_size)
+    report_truncated(cut, "sources")
+    report_truncated(target_cut, "targets")
+    write_lines(args.output, lines)
+    return 0
+
+
+def _score_all(score_fn, sources: list[str], targets: list[str], batch_size: int):
+    """(one JSON line per pair, its source cut, its target cut), in input order: the pairs
+    scored in batches of `batch_size`, sorted by source length."""
     import tensorflow as tf
+
+    from keras_transformer.inference.evaluation import length_order
 
     order = length_order(sources)
     lines: list[str] = [""] * len(sources)
     cut, target_cut = [False] * len(sources), [False] * len(sources)
-    for start in range(0, len(order), args.batch_size):
-        rows = order[start : start + args.batch_size]
+    for start in range(0, len(order), batch_size):
+        rows = order[start : start + batch_size]
         out = score_fn(
             inputs=tf.constant([sources[i] for i in rows]),
             targets=tf.constant([targets[i] for i in rows]),
@@ -92,10 +103,7 @@ def main(argv=None, prog: str = "kt-score") -> int:
             lines[i] = json.dumps(record, ensure_ascii=False)
             cut[i] = bool(out["truncated"][j]) if "truncated" in out else False
             target_cut[i] = bool(out["target_truncated"][j]) if "target_truncated" in out else False
-    report_truncated(cut, "sources")
-    report_truncated(target_cut, "targets")
-    write_lines(args.output, lines)
-    return 0
+    return lines, cut, target_cut
 
 
 if __name__ == "__main__":

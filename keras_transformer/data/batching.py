@@ -136,18 +136,9 @@ def make_batches(
     check_batch_settings(batch_tokens, max_length)
     boundaries = boundaries or bucket_boundaries(max_length)
     stats = stats or PipelineStats()
-
-    def split(src, tgt):
-        return src, tgt[:-1], tgt[1:]
-
-    def fits(src, tgt_in, tgt_out):
-        ok = tf.logical_and(tf.size(src) <= max_length, tf.size(tgt_in) <= max_length)
-        counter = stats.too_long.assign_add(tf.cast(tf.logical_not(ok), tf.int64))
-        with tf.control_dependencies([counter]):
-            return tf.identity(ok)
-
     sample_seed = None if subword is None else _subword_seed(seed, epoch)
-    data = tokenize_pairs(pairs, tokenizer, subword, sample_seed).map(split).filter(fits)
+    data = tokenize_pairs(pairs, tokenizer, subword, sample_seed).map(_split_target)
+    data = data.filter(_fits(max_length, stats))
     if shuffle and epoch is None:
         data = data.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
     elif shuffle:
@@ -155,6 +146,23 @@ def make_batches(
     data = _bucket(data, boundaries, batch_tokens, static_rows)
     data = data.map(lambda src, tgt_in, tgt_out: ((src, tgt_in), tgt_out))
     return data.prefetch(tf.data.AUTOTUNE) if prefetch else data
+
+
+def _split_target(src, tgt):
+    """(src, tgt_in, tgt_out): the target shifted for teacher forcing."""
+    return src, tgt[:-1], tgt[1:]
+
+
+def _fits(max_length: int, stats: PipelineStats):
+    """The filter keeping pairs within `max_length`, counting the others in `stats.too_long`."""
+
+    def fits(src, tgt_in, tgt_out):
+        ok = tf.logical_and(tf.size(src) <= max_length, tf.size(tgt_in) <= max_length)
+        counter = stats.too_long.assign_add(tf.cast(tf.logical_not(ok), tf.int64))
+        with tf.control_dependencies([counter]):
+            return tf.identity(ok)
+
+    return fits
 
 
 def _subword_seed(seed: int, epoch: int | tf.Tensor | None) -> tf.Tensor:

@@ -105,11 +105,34 @@ def training_batches(
     if not isinstance(start, int) or isinstance(start, bool) or start < 0:
         raise PipelineError(f"start must be a stream position >= 0, got {start!r}")
     stats = stats or PipelineStats()
-    first_pass, index = split_position(start)
-    first_chunk, skip = index >> CHUNK_BITS, index & ((1 << CHUNK_BITS) - 1)
     check_batch_settings(batch_tokens, max_length)  # before the stream is built
     total, size, chunks = _chunking(corpus.num_pairs, chunk_pairs)
-    keep = corpus.keep
+    batch_kwargs = dict(batch_tokens=batch_tokens, max_length=max_length, seed=seed, **kwargs)
+    chunk_batches = _chunk_batcher(
+        corpus.keep, tokenizer, chunks, start, shard, positions, stats=stats, **batch_kwargs
+    )
+    data = _by_chunk(corpus, seed, start, (total, size, chunks), chunk_batches)
+    return data.prefetch(tf.data.AUTOTUNE)
+
+
+def _by_chunk(corpus, seed: int, start: int, chunking: tuple[int, int, int], chunk_batches):
+    """The raw pairs of the passes from the chunk of `start` on, one window per chunk,
+    each window made into its batches by `chunk_batches`."""
+    total, size, chunks = chunking
+    key, window_size = _windows(total, size, chunks)
+    first_pass, index = split_position(start)
+    begin = first_pass * total + (index >> CHUNK_BITS) * size
+    raw = corpus.passes(seed, begin).enumerate(start=begin)
+    return raw.map(lambda i, pair: (i, *pair)).group_by_window(
+        key, chunk_batches, window_size_func=window_size
+    )
+
+
+def _chunk_batcher(keep, tokenizer, chunks: int, start: int, shard, positions: bool, **kwargs):
+    """`group_by_window`'s reduce function: the batches of one chunk's window of raw pairs
+    (`make_batches` with `kwargs`), from the batch at `start` on in its own chunk."""
+    first_pass, index = split_position(start)
+    first_chunk, skip = index >> CHUNK_BITS, index & ((1 << CHUNK_BITS) - 1)
 
     def chunk_batches(key, window):
         epoch, chunk = key // chunks, key % chunks
@@ -120,11 +143,7 @@ def training_batches(
         batches = make_batches(
             pairs,
             tokenizer,
-            batch_tokens=batch_tokens,
-            max_length=max_length,
-            seed=seed,
             epoch=epoch + tf.bitwise.left_shift(chunk, tf.constant(POSITION_BITS, tf.int64)),
-            stats=stats,
             prefetch=False,
             **kwargs,
         )
@@ -133,13 +152,7 @@ def training_batches(
         resumed = tf.logical_and(epoch == first_pass, chunk == first_chunk)
         return batches.skip(tf.where(resumed, tf.constant(skip, tf.int64), 0))
 
-    key, window_size = _windows(total, size, chunks)
-    begin = first_pass * total + first_chunk * size
-    raw = corpus.passes(seed, begin).enumerate(start=begin)
-    data = raw.map(lambda i, pair: (i, *pair)).group_by_window(
-        key, chunk_batches, window_size_func=window_size
-    )
-    return data.prefetch(tf.data.AUTOTUNE)
+    return chunk_batches
 
 
 def _chunking(total: int | None, chunk_pairs: int | None) -> tuple[int, int, int]:

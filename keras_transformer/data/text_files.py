@@ -50,25 +50,7 @@ def read_parallel_files(
     pairs on, e.g. a corpus made of concatenated sub-corpora, which a bounded shuffle buffer
     alone cannot mix.
     """
-    for path in (source_path, target_path):
-        if not os.path.isfile(path):
-            raise DataMissing(f"file not found: {path}")
-    bad: set[int] = set()
-    empty: set[int] = set()
-    bad_lines: dict[str, list[int]] = {}
-    indexes = []
-    for path in (source_path, target_path):
-        file_bad: set[int] = set()
-        indexes.append(_count_and_check(path, file_bad, empty, pieces))
-        bad_lines[path] = sorted(file_bad)
-        bad |= file_bad
-    counts = [index.count for index in indexes]
-    if counts[0] != counts[1]:
-        raise DataError(
-            f"line counts differ: {source_path} has {counts[0]} lines, "
-            f"{target_path} has {counts[1]} lines"
-        )
-    empty -= bad
+    indexes, bad, empty, bad_lines = _check_files(source_path, target_path, pieces)
     skip = sorted(bad | empty)
 
     def lines(path):
@@ -87,13 +69,38 @@ def read_parallel_files(
     return ParallelText(
         dataset=dataset,
         description=description,
-        num_pairs=counts[0] - len(skip),
+        num_pairs=indexes[0].count - len(skip),
         skipped_empty=len(empty),
         skipped_invalid_utf8=len(bad),
         pieces=parts,
         piece_sizes=sizes,
         seek=seek,
     )
+
+
+def _check_files(source_path: str, target_path: str, pieces: int):
+    """Check a file pair in one streaming pass: (its two `LineIndex`es, the line numbers of
+    pairs with invalid UTF-8, of the other pairs with an empty side, and the invalid lines of
+    each file); DataMissing or DataError when a file is missing or the line counts differ."""
+    for path in (source_path, target_path):
+        if not os.path.isfile(path):
+            raise DataMissing(f"file not found: {path}")
+    bad: set[int] = set()
+    empty: set[int] = set()
+    bad_lines: dict[str, list[int]] = {}
+    indexes = []
+    for path in (source_path, target_path):
+        file_bad: set[int] = set()
+        indexes.append(_count_and_check(path, file_bad, empty, pieces))
+        bad_lines[path] = sorted(file_bad)
+        bad |= file_bad
+    counts = [index.count for index in indexes]
+    if counts[0] != counts[1]:
+        raise DataError(
+            f"line counts differ: {source_path} has {counts[0]} lines, "
+            f"{target_path} has {counts[1]} lines"
+        )
+    return indexes, bad, empty - bad, bad_lines
 
 
 def _file_pieces(indexes, skip: list[int], pieces: int):

@@ -19,35 +19,7 @@ def tfds_builder(name: str, data_dir: str | None, *, download: bool = False):
     one line saying how to prepare it. TFDS's own errors (an unknown name lists the whole
     catalogue) are cut to their first line.
     """
-    import absl.logging
-    import tensorflow_datasets as tfds
-    from tensorflow_datasets.core.registered import (
-        DatasetCollectionNotFoundError,
-        DatasetNotFoundError,
-    )
-
-    verbosity = absl.logging.get_verbosity()
-    absl.logging.set_verbosity(absl.logging.ERROR)  # "no dataset_info.json" for unprepared dirs
-    try:
-        builder = tfds.builder(name, data_dir=data_dir)
-        prepared = builder.is_prepared()
-    except (DatasetNotFoundError, DatasetCollectionNotFoundError) as err:
-        raise DataError(
-            f"unknown TFDS dataset {name!r} (--dataset tfds:NAME): {_first_line(err)}"
-        ) from None
-    except (ValueError, AssertionError) as err:
-        if not any(words in str(err) for words in ("not found", "cannot be loaded at version")):
-            raise  # not a name TFDS lacks: a bug to see whole
-        raise DataError(  # a config or version it does not have
-            f"unknown TFDS dataset {name!r} (--dataset tfds:NAME[/CONFIG][:VERSION]): "
-            f"{_first_line(err)}"
-        ) from None
-    except OSError as err:
-        raise DataError(
-            f"TFDS cannot read {name!r} in --data-dir {data_dir}: {_first_line(err)}"
-        ) from None
-    finally:
-        absl.logging.set_verbosity(verbosity)
+    builder, prepared = _open_builder(name, data_dir)
     if prepared:
         return builder
     root = os.fspath(builder.data_dir_root)
@@ -67,6 +39,40 @@ def tfds_builder(name: str, data_dir: str | None, *, download: bool = False):
             f"{_first_line(err)}"
         ) from None
     return builder
+
+
+def _open_builder(name: str, data_dir: str | None):
+    """(the TFDS builder of `name` in `data_dir`, whether it is prepared there), with TFDS's
+    errors for a name, config or version it lacks or an unreadable directory as DataError."""
+    import absl.logging
+    import tensorflow_datasets as tfds
+    from tensorflow_datasets.core.registered import (
+        DatasetCollectionNotFoundError,
+        DatasetNotFoundError,
+    )
+
+    verbosity = absl.logging.get_verbosity()
+    absl.logging.set_verbosity(absl.logging.ERROR)  # "no dataset_info.json" for unprepared dirs
+    try:
+        builder = tfds.builder(name, data_dir=data_dir)
+        return builder, builder.is_prepared()
+    except (DatasetNotFoundError, DatasetCollectionNotFoundError) as err:
+        raise DataError(
+            f"unknown TFDS dataset {name!r} (--dataset tfds:NAME): {_first_line(err)}"
+        ) from None
+    except (ValueError, AssertionError) as err:
+        if not any(words in str(err) for words in ("not found", "cannot be loaded at version")):
+            raise  # not a name TFDS lacks: a bug to see whole
+        raise DataError(  # a config or version it does not have
+            f"unknown TFDS dataset {name!r} (--dataset tfds:NAME[/CONFIG][:VERSION]): "
+            f"{_first_line(err)}"
+        ) from None
+    except OSError as err:
+        raise DataError(
+            f"TFDS cannot read {name!r} in --data-dir {data_dir}: {_first_line(err)}"
+        ) from None
+    finally:
+        absl.logging.set_verbosity(verbosity)
 
 
 def _first_line(err: Exception) -> str:
@@ -90,6 +96,19 @@ def check_shards(builder, name: str, split: str) -> None:
         )
 
 
+def _check_split(builder, name: str, split: str, langs: tuple[str, str]) -> None:
+    """DataError unless `builder` has both languages and `split`, with all its shard files."""
+    languages = list(builder.info.features.keys())
+    for lang in langs:
+        if lang not in languages:
+            raise DataError(f"TFDS dataset {name} has languages {languages}, not {lang!r}")
+    if split not in builder.info.splits:
+        raise DataError(
+            f"TFDS dataset {name} has no {split!r} split (it has {sorted(builder.info.splits)})"
+        )
+    check_shards(builder, name, split)
+
+
 def tfds_translation(
     name: str,
     split: str,
@@ -110,15 +129,7 @@ def tfds_translation(
     import tensorflow_datasets as tfds
 
     builder = tfds_builder(name, data_dir, download=download)
-    languages = list(builder.info.features.keys())
-    for lang in (src_lang, tgt_lang):
-        if lang not in languages:
-            raise DataError(f"TFDS dataset {name} has languages {languages}, not {lang!r}")
-    if split not in builder.info.splits:
-        raise DataError(
-            f"TFDS dataset {name} has no {split!r} split (it has {sorted(builder.info.splits)})"
-        )
-    check_shards(builder, name, split)
+    _check_split(builder, name, split, (src_lang, tgt_lang))
     size = builder.info.splits[split].num_examples
 
     def read(subsplit: str) -> tf.data.Dataset:

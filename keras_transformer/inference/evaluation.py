@@ -143,19 +143,10 @@ def translate_all(
     absent from exports made before it) are counted in a logged warning; `truncated`, a
     list, receives one bool per input, in input order.
     """
-    import numpy as np
-    import tensorflow as tf
     from tqdm import tqdm
-
-    from keras_transformer.inference.options import DTYPES
 
     if batch_size < 1:
         raise EvaluationError(f"batch size must be >= 1, got {batch_size}")
-
-    def vector(name, value, rows):
-        values = [value[i] for i in rows] if isinstance(value, list) else [value] * len(rows)
-        return tf.constant(values, DTYPES[name])
-
     order = length_order(sentences)
     texts: list[str] = [""] * len(sentences)
     scores: list[float] = [0.0] * len(sentences)
@@ -170,21 +161,38 @@ def translate_all(
     with bar:
         for start in range(0, len(order), batch_size):
             rows = order[start : start + batch_size]
-            batch = {name: vector(name, value, rows) for name, value in options.items()}
-            out = translate_fn(inputs=tf.constant([sentences[i] for i in rows]), **batch)
-            outputs, batch_scores = out["outputs"].numpy(), out["scores"].numpy()
-            if outputs.ndim == 2:
-                outputs, batch_scores = outputs[:, 0], batch_scores[:, 0]
-            for i, text, value in zip(rows, outputs, np.asarray(batch_scores), strict=True):
-                texts[i], scores[i] = text.decode("utf-8"), float(value)
-            if "truncated" in out:
-                for i, flag in zip(rows, out["truncated"].numpy(), strict=True):
-                    cut[i] = bool(flag)
+            got = _translate_rows(translate_fn, sentences, rows, options)
+            for i, text, value, flag in zip(rows, *got, strict=True):
+                texts[i], scores[i], cut[i] = text, value, flag
             bar.update(len(rows))
     report_truncated(cut)
     if truncated is not None:
         truncated.extend(cut)
     return texts, scores
+
+
+def _translate_rows(translate_fn, sentences: list[str], rows: list[int], options: dict):
+    """(translations, scores, truncated flags) of the sentences at `rows`, as one batch; the
+    flags are all False when the export has no "truncated" output."""
+    import numpy as np
+    import tensorflow as tf
+
+    from keras_transformer.inference.options import DTYPES
+
+    def vector(name, value):
+        values = [value[i] for i in rows] if isinstance(value, list) else [value] * len(rows)
+        return tf.constant(values, DTYPES[name])
+
+    batch = {name: vector(name, value) for name, value in options.items()}
+    out = translate_fn(inputs=tf.constant([sentences[i] for i in rows]), **batch)
+    outputs, batch_scores = out["outputs"].numpy(), out["scores"].numpy()
+    if outputs.ndim == 2:
+        outputs, batch_scores = outputs[:, 0], batch_scores[:, 0]
+    texts = [text.decode("utf-8") for text in outputs]
+    scores = [float(value) for value in np.asarray(batch_scores)]
+    if "truncated" not in out:
+        return texts, scores, [False] * len(rows)
+    return texts, scores, [bool(flag) for flag in out["truncated"].numpy()]
 
 
 def score(hypotheses: list[str], references: list[str]) -> dict:

@@ -53,17 +53,7 @@ def sampled_log_probs(logits, step, count, options, eos_id=None, min_length=None
         is_eos = tf.equal(tf.range(vocab), eos_id)[tf.newaxis, :]
         tempered = tf.where(tf.logical_and(is_eos, step + 1 < min_length), NEG_INF, tempered)
     ordered, order = tf.math.top_k(tempered, k=vocab)  # (N, V), best first
-    probs = tf.nn.softmax(ordered)
-    rank = tf.range(vocab)[tf.newaxis, :]
-    top_k = tf.cast(options["top_k"], tf.int32)[:, tf.newaxis]
-    top_k = tf.where(top_k > 0, top_k, vocab)
-    in_top_k = rank < top_k
-    probs = tf.where(in_top_k, probs, 0.0)
-    probs = probs / tf.reduce_sum(probs, axis=1, keepdims=True)  # over what top_k kept
-    before = tf.math.cumsum(probs, axis=1, exclusive=True)  # probability of the better ones
-    top_p = tf.cast(options["top_p"], tf.float32)[:, tf.newaxis]
-    kept = tf.logical_and(in_top_k, tf.logical_or(rank == 0, before < top_p))
-    cdf = tf.math.cumsum(tf.where(kept, probs, 0.0), axis=1)
+    cdf, kept = _kept_cdf(ordered, vocab, options)
     threshold = row_uniforms(options["seed"], step)[:, tf.newaxis] * cdf[:, -1:]
     position = tf.reduce_sum(tf.cast(cdf <= threshold, tf.int32), axis=1)
     position = tf.minimum(position, tf.reduce_sum(tf.cast(kept, tf.int32), axis=1) - 1)
@@ -75,3 +65,20 @@ def sampled_log_probs(logits, step, count, options, eos_id=None, min_length=None
         tf.where(first, token, tf.zeros([rows, count], tf.int32)),
         normalizer,
     )
+
+
+def _kept_cdf(ordered, vocab, options):
+    """(cdf (N, V), kept (N, V) bool) of `ordered` (tempered logits, best first): `kept` marks
+    the tokens that the top_k cut, then the top_p cut keep, `cdf` the running sum of their
+    probabilities renormalized over what top_k kept (flat past the last kept token)."""
+    probs = tf.nn.softmax(ordered)
+    rank = tf.range(vocab)[tf.newaxis, :]
+    top_k = tf.cast(options["top_k"], tf.int32)[:, tf.newaxis]
+    top_k = tf.where(top_k > 0, top_k, vocab)
+    in_top_k = rank < top_k
+    probs = tf.where(in_top_k, probs, 0.0)
+    probs = probs / tf.reduce_sum(probs, axis=1, keepdims=True)  # over what top_k kept
+    before = tf.math.cumsum(probs, axis=1, exclusive=True)  # probability of the better ones
+    top_p = tf.cast(options["top_p"], tf.float32)[:, tf.newaxis]
+    kept = tf.logical_and(in_top_k, tf.logical_or(rank == 0, before < top_p))
+    return tf.math.cumsum(tf.where(kept, probs, 0.0), axis=1), kept

@@ -8,7 +8,7 @@ import time
 
 import keras
 
-from keras_transformer.training.callbacks import StepState, _scalars, learning_rate
+from keras_transformer.training.callback_state import StepState, learning_rate, scalars
 
 logger = logging.getLogger(__name__)
 
@@ -76,7 +76,7 @@ class ProgressLog(keras.callbacks.Callback):
         done = step - self.first_step
         eta = elapsed / done * (self.total - step) if done > 0 else 0.0
         rate = self.tokens / self.busy if self.busy > 0 else 0.0
-        loss = _scalars(logs).get("loss", float("nan"))
+        loss = scalars(logs).get("loss", float("nan"))
         logger.info(
             "step %d/%d | loss %.3f | lr %.2e | %s tok/s | elapsed %s | ETA %s",
             step, self.total, loss, learning_rate(self.model.optimizer), f"{rate:,.0f}",

@@ -1,5 +1,6 @@
 """kt-train killed (os._exit through the $KT_KILL_AT test hook) and started again: the
-resumed run equals the run left alone (training.trainer, training.callbacks)."""
+resumed run equals the run left alone (training.trainer, training.callbacks). On a Multi30k
+folder of 400 training pairs (mini_multi30k_dir): several passes in 40 steps."""
 
 import os
 
@@ -23,11 +24,11 @@ RESUME = [
 ]  # fmt: skip
 
 
-def two_corpora(multi30k_dir):
-    """Multi30k and (as a second, tagged corpus) its validation files, mixed 3:1: the
-    second corpus is read 7.5 times per epoch, so both stand mid-pass at most steps; with
-    BPE-dropout on the training sentences."""
-    val = [os.path.join(multi30k_dir, f"val.{lang}.gz") for lang in ("en", "de")]
+def two_corpora(mini_multi30k_dir):
+    """Multi30k and (as a second, tagged corpus) its validation files, mixed 3:1: on the mini
+    folder each corpus runs through several passes in 40 steps, so both stand mid-pass at
+    most steps; with BPE-dropout on the training sentences."""
+    val = [os.path.join(mini_multi30k_dir, f"val.{lang}.gz") for lang in ("en", "de")]
     return [
         "--dataset", "multi30k,files", "--train-src", val[0], "--train-tgt", val[1],
         "--train-weights", "3,1", "--tag-corpus", "2", "--subword-alpha", "0.1",
@@ -38,15 +39,15 @@ KILLS = [("one", "25:batch"), ("one", "30:validation"), ("two", "30:epoch_end")]
 
 
 @pytest.fixture(scope="module")
-def left_alone(tmp_path_factory, multi30k_dir):
+def left_alone(tmp_path_factory, mini_multi30k_dir):
     """The runs left alone, one per corpora setting, trained once for the kill tests."""
     runs = {}
 
     def run(corpora):
         if corpora not in runs:
             alone = tmp_path_factory.mktemp(f"alone-{corpora}")
-            flags = RESUME + (two_corpora(multi30k_dir) if corpora == "two" else [])
-            runs[corpora] = (alone, run_train(alone, multi30k_dir, *flags))
+            flags = RESUME + (two_corpora(mini_multi30k_dir) if corpora == "two" else [])
+            runs[corpora] = (alone, run_train(alone, mini_multi30k_dir, *flags))
         return runs[corpora]
 
     return run
@@ -54,13 +55,13 @@ def left_alone(tmp_path_factory, multi30k_dir):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("corpora, kill", KILLS, ids=[f"{c}-{k}" for c, k in KILLS])
-def test_resume_after_sigkill_is_exact(tmp_path, multi30k_dir, left_alone, corpora, kill):
+def test_resume_after_sigkill_is_exact(tmp_path, mini_multi30k_dir, left_alone, corpora, kill):
     """Killed (os._exit at a given step and phase: $KT_KILL_AT) and started again == left
     alone: weights, best/, BLEU history, metrics events; mid-epoch, during the epoch-end
     validation and after the epoch-end work (step 30 ends epoch 2 and is a --checkpoint-every
     step: its checkpoint must come after that work); with one corpus, and with two mixed 3:1
     (one of them tagged) and subword sampling."""
-    flags = RESUME + (two_corpora(multi30k_dir) if corpora == "two" else [])
+    flags = RESUME + (two_corpora(mini_multi30k_dir) if corpora == "two" else [])
     alone, out = left_alone(corpora)
     assert "training ended at step 40 of 40" in out.stdout
     assert corpora == "one" or "2 corpora" in out.stdout and "tagged <BT>" in out.stdout
@@ -68,7 +69,7 @@ def test_resume_after_sigkill_is_exact(tmp_path, multi30k_dir, left_alone, corpo
     assert f"kt-export --model-dir {alone} --export-dir exports" in out.stdout
 
     model_dir = tmp_path / "killed"
-    killed = run_train(model_dir, multi30k_dir, *flags, check=False,
+    killed = run_train(model_dir, mini_multi30k_dir, *flags, check=False,
                        env=dict(os.environ, KT_KILL_AT=kill))  # fmt: skip
     assert killed.returncode == 137, killed.stderr[-3000:]
     killed_at = int(Run(str(model_dir)).checkpoints()[-1].rsplit("-", 1)[1])
@@ -76,7 +77,7 @@ def test_resume_after_sigkill_is_exact(tmp_path, multi30k_dir, left_alone, corpo
     config = Run(str(model_dir)).read_config()["training"]
     assert config["warmup_steps"] == 10 and config["steps_per_epoch"] == 15
 
-    out = run_train(model_dir, multi30k_dir, *flags)
+    out = run_train(model_dir, mini_multi30k_dir, *flags)
     assert f"at step {killed_at}" in out.stdout
     path, resumed = final_weights(model_dir)
     alone_path, reference = final_weights(alone)
@@ -110,21 +111,21 @@ def test_resume_after_sigkill_is_exact(tmp_path, multi30k_dir, left_alone, corpo
     assert {"step", "epoch", "loss"} <= set(records[0]) and any("val_loss" in r for r in records)
     assert os.listdir(model_dir / LOG_DIR)  # TensorBoard logs
     # asking again for the same step count does nothing
-    assert "already at step 40" in run_train(model_dir, multi30k_dir, *flags).stdout
+    assert "already at step 40" in run_train(model_dir, mini_multi30k_dir, *flags).stdout
 
 
 @pytest.mark.slow
-def test_a_kill_before_the_first_checkpoint_leaves_no_event_twice(tmp_path, multi30k_dir):
+def test_a_kill_before_the_first_checkpoint_leaves_no_event_twice(tmp_path, mini_multi30k_dir):
     """Killed after the first epoch's end work (its events written) and before its
     checkpoint, the run restarts from nothing: each event and TensorBoard summary once."""
     flags = ["--train-steps", "5", "--steps-per-epoch", "5", "--eval-every", "5"]
     model_dir = tmp_path / "killed"
-    killed = run_train(model_dir, multi30k_dir, *flags, check=False,
+    killed = run_train(model_dir, mini_multi30k_dir, *flags, check=False,
                        env=dict(os.environ, KT_KILL_AT="5:epoch_end"))  # fmt: skip
     assert killed.returncode == 137, killed.stderr[-3000:]
     assert Run(str(model_dir)).checkpoints() == []
     assert events(model_dir) == [("train", 5), ("bleu", 5), ("epoch", 5)]
-    run_train(model_dir, multi30k_dir, *flags)
+    run_train(model_dir, mini_multi30k_dir, *flags)
     assert events(model_dir) == [("train", 5), ("bleu", 5), ("epoch", 5)]
     assert tensorboard_steps(model_dir) == [5]
     assert tensorboard_steps(model_dir, "epoch_loss") == [5]

@@ -24,7 +24,7 @@ from tests.training.trainer_runs import (  # noqa: F401
 
 
 @pytest.mark.slow
-def test_multi_worker_two_processes(tmp_path, multi30k_dir):
+def test_multi_worker_two_processes(tmp_path, mini_multi30k_dir):
     """Two local workers: the non-chief waits for the chief's tokenizer, and early stopping
     on patience stops both at the same step (a chief-only decision would leave worker 1
     blocked in a collective). Only the chief writes: no worker_1 directory, no dead
@@ -32,7 +32,7 @@ def test_multi_worker_two_processes(tmp_path, multi30k_dir):
     model_dir = tmp_path / "mw"
     args = ["--train-steps", "12", "--steps-per-epoch", "6", "--checkpoint-every", "3",
             "--eval-every", "3", "--patience", "1"]  # fmt: skip
-    outputs = run_workers(model_dir, multi30k_dir, *args)
+    outputs = run_workers(model_dir, mini_multi30k_dir, *args)
     assert "early stopping" in outputs[0]
     for w, out in enumerate(outputs):
         assert f"worker input: pairs {w}, {w} + 2, ... of every pass (share {w + 1} of 2)" in out

@@ -360,28 +360,48 @@ def test_translate_with_options_through_a_tf1_session(exported):
     assert shared >= len(source)
 
 
-@pytest.mark.parametrize(
-    "bad, name",
-    [
-        (dict(beam_size=0), "beam_size"),
-        (dict(alpha=-1.0), "alpha"),
-        (dict(beam_size=2, num_hypotheses=3), "num_hypotheses"),
-        (dict(max_extra_length=0), "max_extra_length"),
-        (dict(beam_size=[4, 0, 4]), "beam_size"),  # one sentence's value
-        (dict(alpha=[0.6]), "alpha"),  # not one value per sentence
-        (dict(stop_rule="fast"), "stop_rule"),
-    ],
-)
-def test_bad_options_are_invalid_argument_errors_naming_the_input(exported, bad, name):
-    _, _, path = exported
+BAD_OPTIONS = [
+    (dict(beam_size=0), "beam_size"),
+    (dict(alpha=-1.0), "alpha"),
+    (dict(beam_size=2, num_hypotheses=3), "num_hypotheses"),
+    (dict(max_extra_length=0), "max_extra_length"),
+    (dict(beam_size=[4, 0, 4]), "beam_size"),  # one sentence's value
+    (dict(alpha=[0.6]), "alpha"),  # not one value per sentence
+    (dict(stop_rule="fast"), "stop_rule"),
+]
+BAD_SAMPLING = [
+    ({"temperature": [0.0]}, "temperature"),
+    ({"top_k": [-1]}, "top_k"),
+    ({"top_p": [1.5]}, "top_p"),
+    ({"seed": [1, 2]}, "seed"),
+]
+
+
+def bad_options_request(bad):
     signature = "translate_with_stop_rule" if "stop_rule" in bad else "translate_with_options"
-    request = {
-        "signature": signature,
-        "inputs": SENTENCES,
-        "options": options(len(SENTENCES), **bad),
-    }
-    (result,) = tf1_session(path, [request])["results"]
-    assert f"{signature}: input {name} must be" in result["error"]
+    return {"signature": signature, "inputs": SENTENCES, "options": options(len(SENTENCES), **bad)}
+
+
+def bad_sampling_request(options_):
+    given = {"temperature": [1.0], "top_k": [0], "top_p": [1.0], "seed": [0], **options_}
+    return {"signature": "sample", "inputs": ["A dog."], "options": given}
+
+
+@pytest.fixture(scope="module")
+def bad_results(exported):
+    """The results of every bad request below, from one TF1 session (one process, not one per
+    case; the client reports each request's error on its own)."""
+    requests = [bad_options_request(bad) for bad, _ in BAD_OPTIONS]
+    requests += [bad_sampling_request(given) for given, _ in BAD_SAMPLING]
+    results = tf1_session(exported[2], requests)["results"]
+    return {json.dumps(r, sort_keys=True): result for r, result in zip(requests, results)}
+
+
+@pytest.mark.parametrize("bad, name", BAD_OPTIONS)
+def test_bad_options_are_invalid_argument_errors_naming_the_input(bad_results, bad, name):
+    request = bad_options_request(bad)
+    result = bad_results[json.dumps(request, sort_keys=True)]
+    assert f"{request['signature']}: input {name} must be" in result["error"]
 
 
 def test_saved_model_cli_run(exported):
@@ -773,22 +793,11 @@ def test_sample_top_k_one_is_greedy_and_seeds_reproduce(exported):
     assert again == same and again["outputs"] != other["outputs"]
 
 
-@pytest.mark.parametrize(
-    "options_, name",
-    [
-        ({"temperature": [0.0]}, "temperature"),
-        ({"top_k": [-1]}, "top_k"),
-        ({"top_p": [1.5]}, "top_p"),
-        ({"seed": [1, 2]}, "seed"),
-    ],
-)
+@pytest.mark.parametrize("options_, name", BAD_SAMPLING)
 def test_bad_sampling_options_are_invalid_argument_errors_naming_the_input(
-    exported, options_, name
+    bad_results, options_, name
 ):
-    _, _, path = exported
-    given = {"temperature": [1.0], "top_k": [0], "top_p": [1.0], "seed": [0], **options_}
-    request = {"signature": "sample", "inputs": ["A dog."], "options": given}
-    (result,) = tf1_session(path, [request])["results"]
+    result = bad_results[json.dumps(bad_sampling_request(options_), sort_keys=True)]
     assert f"sample: input {name} must be" in result["error"]
 
 

@@ -30,6 +30,8 @@ from keras_transformer.config import (  # noqa: E402
     ALPHA,
     AVERAGE_LAST,
     BEAM_SIZE,
+    FINISH_RULE,
+    FINISH_RULES,
     MAX_EXTRA_LENGTH,
     MIN_LENGTH,
     STOP_RULE,
@@ -125,6 +127,15 @@ def _add_search_flags(group) -> None:
         'default of translate_with_stop_rule\'s per-sentence stop_rule ("")',
     )
     group.add_argument(
+        "--finish-rule",
+        choices=FINISH_RULES,
+        default=FINISH_RULE,
+        help="which candidates finish a hypothesis and how it is scored (default "
+        "tensor2tensor: every eos among the 2 x beam-size best, GNMT length penalty; "
+        "ctranslate2: CTranslate2's beam search, for its translations with --stop-rule top at "
+        "--alpha 0, finished otherwise; see docs/inference.md); stored in assets/decoding.json",
+    )
+    group.add_argument(
         "--attention-layer",
         type=int,
         help="the decoder layer whose cross-attention `score` returns (default: the penultimate)",
@@ -199,6 +210,7 @@ def main(argv=None, prog: str = "kt-export") -> int:
             attention_layer=args.attention_layer,
             ema=not args.no_ema,
             stop_rule=args.stop_rule,
+            finish_rule=args.finish_rule,
             dtype=args.dtype,
             export_format=args.format,
             quantization=args.quantization or "float32",

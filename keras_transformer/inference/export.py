@@ -37,6 +37,7 @@ from keras_transformer.config import (
     ALPHA,
     AVERAGE_LAST,
     BEAM_SIZE,
+    FINISH_RULE,
     MAX_EXTRA_LENGTH,
     MIN_LENGTH,
     STOP_RULE,
@@ -345,6 +346,7 @@ def export_run(
     attention_layer: int | None = None,
     ema: bool = True,
     stop_rule: str = STOP_RULE,
+    finish_rule: str = FINISH_RULE,
     dtype: str = "float32",
     export_format: str = "savedmodel",
     quantization: str = "float32",
@@ -364,7 +366,8 @@ def export_run(
     `agreement`); the report is written either way. `xla`: the beam searches compiled by
     XLA (`Translator`'s `xla`; SavedModel only), with warmup requests for up to
     `xla_max_batch` sentences a request; the agreement report then compares that export
-    with the reference (the default export's search).
+    with the reference (the default export's search). `finish_rule`: the SavedModel's
+    beam search's (`DecodingOptions`), stored in assets/decoding.json.
     """
     _check_options(model_dir, dtype, export_format, xla, use_best, ema)
     model, tokenizer, _ = load_trained(
@@ -383,11 +386,14 @@ def export_run(
         attention_layer=attention_layer,
     )
     translator = Translator(
-        with_compute_dtype(model, dtype), tokenizer, stop_rule=stop_rule, xla=xla, **settings
-    )
+        with_compute_dtype(model, dtype), tokenizer, stop_rule=stop_rule, xla=xla,
+        finish_rule=finish_rule, **settings,
+    )  # fmt: skip
     described = {"format": export_format, "dtype": dtype, "stop_rule": stop_rule, **settings}
     if xla:
         described["xla"] = True
+    if finish_rule != FINISH_RULE:
+        described["finish_rule"] = finish_rule
     write = None
     if export_format == "ctranslate2":
         from keras_transformer.inference import ctranslate2_export

@@ -72,9 +72,9 @@ __all__ = [
     "stop_rule_code", "top_extensions",
 ]  # fmt: skip
 
-# the stop rules' codes (config.STOP_RULES in order), see `search.beam_search`
+# the stop rules' codes (config.STOP_RULES in order), see the module docstring
 STOP_EXACT, STOP_FINISHED, STOP_TOP = range(len(STOP_RULES))
-# the finish rules' codes (config.FINISH_RULES in order), see `search.beam_search`
+# the finish rules' codes (config.FINISH_RULES in order), see the module docstring
 FINISH_TENSOR2TENSOR, FINISH_CTRANSLATE2 = range(len(FINISH_RULES))
 
 
@@ -232,7 +232,7 @@ def count_finished(per, is_eos, dead, rank, beams):
 
 def can_improve(alive_lp, finished_scores, per, stop_early):
     """(b,) bool: a live beam of the sentence can still beat its n-th best finished
-    hypothesis (the bound of beam_search's docstring: log-probs only fall, the penalty is
+    hypothesis (the bound of the module docstring: log-probs only fall, the penalty is
     largest at the max length) and the sentence's stop rule has not fired; always, while it
     has a live beam, if not `stop_early`."""
     # the longest hypothesis: max_length tokens, eos included ("ctranslate2": a last token

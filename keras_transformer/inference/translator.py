@@ -23,12 +23,10 @@ class Translator(tf.Module):
     Args:
         model: a built `Transformer`.
         tokenizer: the `SubwordTokenizer` it was trained with.
-        options: its `DecodingOptions` (default: the paper's): the search of
-            `translator` and `translate_nbest`; `translate_with_options` and
-            `translate_with_stop_rule` take their own per sentence, but `min_length` (every
-            signature's, `sample` included) and `stop_rule` (the default of
-            `translate_with_stop_rule`'s per-sentence `stop_rule`, "") and `finish_rule`
-            (every beam search's).
+        options: its `DecodingOptions` (default: the paper's): the search of `translator` and
+            `translate_nbest`; `translate_with_options` and `translate_with_stop_rule` take
+            their own per sentence, but `min_length` (every signature's), `finish_rule` and
+            `stop_rule` (the default of `translate_with_stop_rule`'s per-sentence one, "").
         beam_size, alpha, max_extra_length, min_length, stop_rule, finish_rule: the options
             one by one (as before `options`), when `options` is not given.
         max_input_length: inputs are truncated to this many tokens, eos included
@@ -169,8 +167,7 @@ class Translator(tf.Module):
         ids, scores = search.beam_search(
             self.model.decode_step, bos, cache, max_lengths, EOS_ID,
             beam_size=beam_size, alpha=alpha, prefix=prefix_ids, num_best=num_best,
-            min_length=self._search_min_length, stop_rule=stop_rule,
-            finish_rule=self._finish_code,
+            min_length=self._search_min_length, stop_rule=stop_rule, finish_rule=self._finish_code,
         )  # fmt: skip
         return ids, scores, empty, truncated
 

@@ -146,10 +146,8 @@ class SegmentedSearch:
         stop_rule=beam.STOP_EXACT,
         finish_rule=beam.FINISH_TENSOR2TENSOR,
     ):
-        """`search.beam_search`'s arguments and results (eos_id, min_length and stop_early
-        given to the constructor; `stop_rule` and `finish_rule` as there, per sentence too);
-        `initial_cache` a dict, with a fixed-capacity cache of any capacity if `grow_cache`
-        is set."""
+        """`search.beam_search`'s arguments and results (eos_id, min_length, stop_early given
+        to the constructor); `initial_cache` a dict, of any capacity if `grow_cache` is set."""
         if isinstance(beam_size, int) and beam_size < 1:
             raise ValueError(f"beam_size must be >= 1, got {beam_size}")
         initial_ids = tf.convert_to_tensor(initial_ids, tf.int32)

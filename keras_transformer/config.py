@@ -51,6 +51,15 @@ AVERAGE_LAST = 5
 # finished (CTranslate2's rule without one). Codes in this order.
 STOP_RULES = ("exact", "finished", "top")
 STOP_RULE = "exact"
+# Which hypotheses a beam search step finishes, and how they are scored (inference/beam.py):
+# "tensor2tensor" (the default, as tensor2tensor and Model Garden): every eos among the 2K best
+# candidates, scored log p / ((5 + length) / 6) ** alpha with eos counted, eos forced at the
+# maximum length; "ctranslate2" (CTranslate2's BeamSearch): the eos among the K best only,
+# scored log p / length ** alpha (eos counted too), the K best candidates whatever their
+# token at the maximum length, log-probabilities renormalized without eos before the minimum
+# length. Codes in this order.
+FINISH_RULES = ("tensor2tensor", "ctranslate2")
+FINISH_RULE = "tensor2tensor"
 
 
 class ConfigError(KerasTransformerError, ValueError):

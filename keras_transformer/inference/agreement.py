@@ -135,6 +135,7 @@ class AgreementReport:
             and export["dtype"] == "float32"
             and not export.get("xla")
             and export["stop_rule"] == "exact"
+            and "finish_rule" not in export
         )
         return {
             "reference": REFERENCE,

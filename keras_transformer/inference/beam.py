@@ -1,7 +1,58 @@
 """The beam bookkeeping both searches share (search.py's loop and xla_search.py's segments):
 the hypotheses before the first step, the per-sentence options, and what one step does with
 its candidates: the 2K best extensions, the finished pool, the K alive beams, the stop rules'
-counts and the stopping bound (see `search.beam_search` for the rules).
+counts and the stopping bound. The rules, as `search.beam_search` applies them:
+
+Alive and finished hypotheses are kept apart. At every step the 2K best extensions of the
+alive beams are ranked; those ending in eos (among all 2K, as in tensor2tensor's and Model
+Garden's beam search) join the finished pool (scored log p / length_penalty), the K best
+others stay alive. A sentence is settled, and leaves the batch, when none of its alive
+hypotheses can still beat the n-th best of its finished ones (n = `num_best`, the hypotheses
+the caller keeps), or at its maximum length, where eos is forced. K = 1 is greedy search: only
+the best extension counts (with alpha 0 this is the most probable token at every step, as
+CTranslate2's beam 1).
+
+The stopping bound, exact for the GNMT penalty lp(m) = ((5 + m) / 6) ** alpha: a live beam
+with log-probability s <= 0 after l tokens can only finish at a length m in (l, L] (L: the
+sentence's maximum length, eos included) with a log-probability s' <= s (every token, forced
+or not, adds log p <= 0), so its final score is at most max over m in (l, L] of s / lp(m).
+For alpha > 0, lp grows with m and s <= 0, so that maximum is s / lp(L); for alpha = 0 it is
+s. No tighter bound holds for every model (the next tokens may all have probability near 1,
+and the beam may end exactly at L), and the best live beam has the largest s, so it alone
+decides. Every finished hypothesis comes from a live beam, so once the bound is below the
+n-th best finished score, the n best are final: they equal those of the exhaustive search
+(`stop_early=False`), ties included (the pool's top-k keeps an earlier hypothesis first). The
+hypotheses ranked after n (still returned, K in all) are then the best found so far, not
+necessarily those of a search that waits for all K.
+
+Two faster stop rules may be asked for (`stop_rule`), each settling a sentence at the earlier
+of the exact bound and its own condition, so never later than the exact rule; the finished
+pool is the same, only the step at which it is read changes, so a rule's n best may differ
+from the exact rule's (scores never higher: the pool only improves), and only in sentences
+where its condition fires first:
+  - STOP_FINISHED ("finished", CTranslate2's rule with a length penalty): once K hypotheses
+    have finished, counting, at every step, the eos among the sentence's K best candidates
+    only (under "tensor2tensor", the eos ranked in (K, 2K] still enter the pool, uncounted);
+  - STOP_TOP ("top", CTranslate2's rule without one): once the best candidate of some step
+    was eos and n hypotheses have finished. At alpha 0 and n = 1 this is the exact rule (that
+    eos beats every live beam already).
+
+The finish rule (`finish_rule`, config.FINISH_RULES) says which candidates finish and how
+they are scored; "tensor2tensor" (the default) is the above. FINISH_CTRANSLATE2
+("ctranslate2") is CTranslate2's `BeamSearch::search` (src/decoding.cc, v4.x), step by step:
+only the eos among the K best candidates finish (the eos ranked in (K, 2K] are dropped, alive
+or finished); at the maximum length the K best candidates finish whatever their token (no eos
+is forced); a finished hypothesis scores log p / length ** alpha, eos counted in its length
+(`finalize_hypothesis_score`; CTranslate2 drops eos after scoring); before `min_length`, log-probabilities are renormalized without
+eos (candidates.py). The alive beams are the same under both: the K best non-eos of the 2K
+(CTranslate2 refills a finished beam's slot from candidates K+1.. in order). With stop rule
+"top" at alpha 0, or "finished" otherwise (CTranslate2's early exit and its patience 1), the
+n best are CTranslate2's (the exact bound, under length ** alpha, may settle a sentence
+earlier, never changing its n best).
+
+Every option may differ per sentence: a sentence with a smaller K keeps only its first K
+alive beams and its 2K best extensions, so its result is the one it gets alone, whatever else
+is in the batch.
 
 Shapes: b live sentences, K beam size, L maximum decode length, V vocabulary.
 """
@@ -10,18 +61,21 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from keras_transformer.config import STOP_RULES
+from keras_transformer.config import FINISH_RULES, STOP_RULES
 from keras_transformer.inference import batch_rows as br
 from keras_transformer.inference.candidates import NEG_INF
 
 __all__ = [
-    "STOP_EXACT", "STOP_FINISHED", "STOP_TOP", "advance", "alive_beams", "can_improve",
-    "count_finished", "ended_scores", "finished_pool", "length_penalty", "sentence_options",
-    "start", "stop_rule_code", "top_extensions",
+    "FINISH_CTRANSLATE2", "FINISH_TENSOR2TENSOR", "STOP_EXACT", "STOP_FINISHED", "STOP_TOP",
+    "advance", "alive_beams", "can_improve", "count_finished", "ended_scores", "finish_rule_code",
+    "finished_pool", "hypothesis_penalty", "length_penalty", "sentence_options", "start",
+    "stop_rule_code", "top_extensions",
 ]  # fmt: skip
 
-# the stop rules' codes (config.STOP_RULES in order), see `search.beam_search`
+# the stop rules' codes (config.STOP_RULES in order), see the module docstring
 STOP_EXACT, STOP_FINISHED, STOP_TOP = range(len(STOP_RULES))
+# the finish rules' codes (config.FINISH_RULES in order), see the module docstring
+FINISH_TENSOR2TENSOR, FINISH_CTRANSLATE2 = range(len(FINISH_RULES))
 
 
 def stop_rule_code(name: str) -> int:
@@ -31,9 +85,24 @@ def stop_rule_code(name: str) -> int:
     return STOP_RULES.index(name)
 
 
+def finish_rule_code(name: str) -> int:
+    """The code of a finish rule named in config.FINISH_RULES."""
+    if name not in FINISH_RULES:
+        raise ValueError(f"finish_rule must be one of {', '.join(FINISH_RULES)}, got {name!r}")
+    return FINISH_RULES.index(name)
+
+
 def length_penalty(length, alpha):
     """GNMT length penalty ((5 + length) / 6) ** alpha (Wu et al., 2016)."""
     return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, tf.cast(alpha, tf.float32))
+
+
+def hypothesis_penalty(length, alpha, ctranslate2):
+    """The length penalty of each finish rule, broadcast together: GNMT's (`length_penalty`)
+    or, where `ctranslate2` (bool), CTranslate2's length ** alpha (decoding.cc,
+    `finalize_hypothesis_score`)."""
+    plain = tf.pow(tf.cast(length, tf.float32), tf.cast(alpha, tf.float32))
+    return tf.where(ctranslate2, plain, length_penalty(length, alpha))
 
 
 def start(initial_ids, k, length):
@@ -48,8 +117,9 @@ def start(initial_ids, k, length):
 
 
 def sentence_options(
-    initial_ids, max_lengths, beam_size, alpha, prefix, sampling, num_best, stop_rule=STOP_EXACT
-):
+    initial_ids, max_lengths, beam_size, alpha, prefix, sampling, num_best, stop_rule=STOP_EXACT,
+    finish_rule=FINISH_TENSOR2TENSOR,
+):  # fmt: skip
     """Per live sentence, gathered as sentences leave: its options, where it sits in the
     batch and what its stop rule counts, (B, ...) each."""
     batch = tf.shape(initial_ids)[0]
@@ -68,6 +138,7 @@ def sentence_options(
         ),
         "sampling": sampling or {},
         "stop_rule": br.per_sentence(stop_rule, batch, tf.int32),
+        "ctranslate2": tf.equal(br.per_sentence(finish_rule, batch, tf.int32), FINISH_CTRANSLATE2),
         # eos counted among the top-K candidates so far (STOP_FINISHED)
         "finished_count": tf.zeros([batch], tf.int32),
         # the best candidate of a step was eos (STOP_TOP)
@@ -92,10 +163,13 @@ def advance(hypotheses, row_lp, row_ids, step, per, k, per_beam, eos_id):
     # extensions of beams never alive, and beyond a sentence's own 2K
     dead = tf.logical_or(top_lp <= NEG_INF / 2, rank >= 2 * beams)
     top_lp = tf.where(dead, NEG_INF, top_lp)
-    ended = ended_scores(top_lp, is_eos, dead, rank, beams, step, per["alpha"])
+    ended = ended_scores(top_lp, is_eos, dead, rank, beams, step, per)
     per = count_finished(per, is_eos, dead, rank, beams)
     finished_scores, finished_seq = finished_pool(finished_scores, finished_seq, ended, top_seq, k)
     alive_lp, alive_seq, beam_origin = alive_beams(top_lp, top_seq, origin, is_eos, rank, beams, k)
+    # none stays alive past its sentence's maximum length (under "tensor2tensor" eos was
+    # forced there, so none is alive anyway)
+    alive_lp = tf.where((step + 1 >= per["max_length"])[:, tf.newaxis], NEG_INF, alive_lp)
     return per, (alive_seq, alive_lp, finished_seq, finished_scores), beam_origin
 
 
@@ -109,12 +183,20 @@ def top_extensions(alive_seq, alive_lp, row_lp, row_ids, step, live, k, per_beam
     return top_lp, origin, top_seq, tf.equal(token, eos_id)
 
 
-def ended_scores(top_lp, is_eos, dead, rank, beams, step, alpha):
-    """(b, 2K) scores of the extensions that enter the finished pool; NEG_INF the others."""
-    # eos among the 2K candidates (among the best one only at K = 1)
-    window = tf.where(beams > 1, 2 * beams, 1)
-    new_finished = tf.logical_and(tf.logical_and(is_eos, rank < window), tf.logical_not(dead))
-    penalty = length_penalty(step + 1, alpha)[:, tf.newaxis]
+def ended_scores(top_lp, is_eos, dead, rank, beams, step, per):
+    """(b, 2K) scores of the extensions that enter the finished pool; NEG_INF the others.
+
+    "tensor2tensor": the eos among the 2K candidates (the best one only at K = 1), over
+    GNMT's penalty of their length, eos included. "ctranslate2" (decoding.cc,
+    `BeamSearch::search`: its loop over the beam_size first candidates): the eos among the
+    K candidates, and at the maximum length all K whatever their token, over length ** alpha
+    (eos counted: include_eos_in_hypotheses, true for translations)."""
+    ct2 = per["ctranslate2"][:, tf.newaxis]
+    last = (step + 1 >= per["max_length"])[:, tf.newaxis]
+    window = tf.where(beams > 1, tf.where(ct2, beams, 2 * beams), 1)
+    ends = tf.logical_or(is_eos, tf.logical_and(ct2, last))
+    new_finished = tf.logical_and(tf.logical_and(ends, rank < window), tf.logical_not(dead))
+    penalty = hypothesis_penalty(step + 1, per["alpha"][:, tf.newaxis], ct2)
     return tf.where(new_finished, top_lp / penalty, NEG_INF)
 
 
@@ -150,10 +232,14 @@ def count_finished(per, is_eos, dead, rank, beams):
 
 def can_improve(alive_lp, finished_scores, per, stop_early):
     """(b,) bool: a live beam of the sentence can still beat its n-th best finished
-    hypothesis (the bound of beam_search's docstring: log-probs only fall, the penalty is
+    hypothesis (the bound of the module docstring: log-probs only fall, the penalty is
     largest at the max length) and the sentence's stop rule has not fired; always, while it
     has a live beam, if not `stop_early`."""
-    best_alive = alive_lp[:, 0] / length_penalty(per["max_length"], per["alpha"])
+    # the longest hypothesis: max_length tokens, eos included ("ctranslate2": a last token
+    # that is not eos counts too)
+    best_alive = alive_lp[:, 0] / hypothesis_penalty(
+        per["max_length"], per["alpha"], per["ctranslate2"]
+    )
     to_beat = tf.gather(finished_scores, per["nth"], batch_dims=1)
     rule = per["stop_rule"]
     k_finished = tf.logical_and(

@@ -106,8 +106,23 @@ def next_tokens(logits, step, per, count, group, eos_id, min_length, sampling, p
         )
     else:
         top_lp, top_ids, normalizer = top_log_probs(logits, step, count, eos_id, min_length)
+    ct2 = per.get("ctranslate2", tf.zeros_like(per["max_length"], tf.bool))  # (b,)
     token = tf.gather(per["prefix"], tf.minimum(step, prefix_end), axis=1)  # (b,)
-    forced = tf.where(step + 1 >= per["max_length"], eos_id, token)
+    # eos forced at the maximum length, but under the finish rule "ctranslate2"
+    at_max = tf.logical_and(step + 1 >= per["max_length"], tf.logical_not(ct2))
+    forced = tf.where(at_max, eos_id, token)
     if not (isinstance(group, int) and group == 1):
-        forced = tf.repeat(forced, group)
+        forced, ct2 = tf.repeat(forced, group), tf.repeat(ct2, group)
+    if min_length is not None and not sampling:
+        top_lp, normalizer = without_eos(logits, normalizer, top_lp, eos_id, ct2, step, min_length)
     return with_forced(logits, normalizer, top_lp, top_ids, forced)
+
+
+def without_eos(logits, normalizer, top_lp, eos_id, rows, step, min_length):
+    """The log-probabilities of the `rows` (N,) bool renormalized without eos before
+    `min_length`, as CTranslate2's min_decoding_length masks eos before its log-softmax:
+    (top_lp, normalizer) raised by -log(1 - p(eos))."""
+    p_eos = tf.exp(logits[:, eos_id : eos_id + 1] - normalizer)  # (N, 1)
+    renormalize = tf.logical_and(rows, step + 1 < min_length)[:, tf.newaxis]
+    shift = tf.where(renormalize, tf.math.log1p(-tf.minimum(p_eos, 1.0 - 1e-7)), 0.0)
+    return top_lp - shift, normalizer + shift

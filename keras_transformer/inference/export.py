@@ -32,6 +32,7 @@ from keras_transformer.config import (
     ALPHA,
     AVERAGE_LAST,
     BEAM_SIZE,
+    FINISH_RULE,
     MAX_EXTRA_LENGTH,
     MIN_LENGTH,
     STOP_RULE,
@@ -187,6 +188,7 @@ def export_run(
     attention_layer: int | None = None,
     ema: bool = True,
     stop_rule: str = STOP_RULE,
+    finish_rule: str = FINISH_RULE,
     dtype: str = "float32",
     export_format: str = "savedmodel",
     quantization: str = "float32",
@@ -206,7 +208,7 @@ def export_run(
         model_dir, export_dir, model_name=model_name, version=version, average_last=average_last,
         best=use_best, no_ema=not ema, beam_size=beam_size, alpha=alpha,
         max_extra_length=max_extra_length, min_length=min_length, stop_rule=stop_rule,
-        attention_layer=attention_layer, dtype=dtype, format=export_format,
+        finish_rule=finish_rule, attention_layer=attention_layer, dtype=dtype, format=export_format,
         quantization=quantization if export_format == "ctranslate2" else None,
         agreement_sentences=agreement_sentences, xla=xla, xla_max_batch=xla_max_batch,
     ))  # fmt: skip
@@ -223,6 +225,8 @@ def export_with(args: ExportArgs) -> str:
     exact-rule translator on the run's first N validation sentences (see `agreement`); the
     report is written either way. `xla`: the beam searches compiled by XLA (`Translator`'s
     `xla`), with warmup requests for up to `xla_max_batch` sentences a request.
+    `finish_rule`: the SavedModel's beam search's (`DecodingOptions`), stored in
+    assets/decoding.json.
     """
     args.check()
     chosen = exporter(args)
@@ -238,6 +242,7 @@ def export_with(args: ExportArgs) -> str:
         tokenizer,
         stop_rule=args.stop_rule,
         xla=args.xla,
+        finish_rule=args.finish_rule,
         **settings,
     )
     agreement = agree.AgreementReport(

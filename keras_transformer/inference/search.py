@@ -34,73 +34,32 @@ from keras_transformer.inference import beam
 
 # the beam bookkeeping's public names, kept importable from here
 from keras_transformer.inference.beam import (
+    FINISH_CTRANSLATE2,
+    FINISH_TENSOR2TENSOR,
     STOP_EXACT,
     STOP_FINISHED,
     STOP_TOP,
+    finish_rule_code,
     length_penalty,
     stop_rule_code,
 )
 from keras_transformer.inference.candidates import NEG_INF, next_tokens
 
-__all__ = ["NEG_INF", "STOP_EXACT", "STOP_FINISHED", "STOP_TOP", "beam_search", "length_penalty",
-           "sample", "stop_rule_code"]  # fmt: skip
+__all__ = ["FINISH_CTRANSLATE2", "FINISH_TENSOR2TENSOR", "NEG_INF", "STOP_EXACT", "STOP_FINISHED",
+           "STOP_TOP", "beam_search", "finish_rule_code", "length_penalty", "sample",
+           "stop_rule_code"]  # fmt: skip
 
 
 def beam_search(
-    step_fn,
-    initial_ids,
-    initial_cache,
-    max_lengths,
-    eos_id: int,
-    *,
-    beam_size=BEAM_SIZE,
-    alpha=ALPHA,
-    min_length=None,
-    prefix=None,
-    num_best=None,
-    stop_early=True,
-    stop_rule=STOP_EXACT,
-):
-    """Beam search with GNMT length normalization and early stopping.
-
-    Alive and finished hypotheses are kept apart. At every step the 2K best extensions of
-    the alive beams are ranked; those ending in eos (among all 2K, as in tensor2tensor's and
-    Model Garden's beam search) join the finished pool (scored log p / length_penalty), the
-    K best others stay alive. A sentence is settled, and leaves the batch, when none of its
-    alive hypotheses can still beat the n-th best of its finished ones (n = `num_best`, the
-    hypotheses the caller keeps), or at its maximum length, where eos is forced. K = 1 is
-    greedy search: only the best extension counts (with alpha 0 this is the most probable
-    token at every step, as CTranslate2's beam 1).
-
-    The stopping bound, exact for the GNMT penalty lp(m) = ((5 + m) / 6) ** alpha: a live
-    beam with log-probability s <= 0 after l tokens can only finish at a length m in
-    (l, L] (L: the sentence's maximum length, eos included) with a log-probability
-    s' <= s (every token, forced or not, adds log p <= 0), so its final score is at most
-    max over m in (l, L] of s / lp(m). For alpha > 0, lp grows with m and s <= 0, so that
-    maximum is s / lp(L); for alpha = 0 it is s. No tighter bound holds for every model
-    (the next tokens may all have probability near 1, and the beam may end exactly at L),
-    and the best live beam has the largest s, so it alone decides. Every finished
-    hypothesis comes from a live beam, so once the bound is below the n-th best finished
-    score, the n best are final: they equal those of the exhaustive search
-    (`stop_early=False`), ties included (the pool's top-k keeps an earlier hypothesis
-    first). The hypotheses ranked after n (still returned, K in all) are then the best
-    found so far, not necessarily those of a search that waits for all K.
-
-    Two faster rules may be asked for (`stop_rule`), each settling a sentence at the earlier of
-    the exact bound and its own condition, so never later than the exact rule; the finished
-    pool is the same, only the step at which it is read changes, so a rule's n best may
-    differ from the exact rule's (scores never higher: the pool only improves), and only in
-    sentences where its condition fires first:
-      - STOP_FINISHED ("finished", CTranslate2's rule with a length penalty): once K
-        hypotheses have finished, counting, at every step, the eos among the sentence's K
-        best candidates only (the eos ranked in (K, 2K] still enter the pool, uncounted);
-      - STOP_TOP ("top", CTranslate2's rule without one): once the best candidate of some
-        step was eos and n hypotheses have finished. At alpha 0 and n = 1 this is the exact
-        rule (that eos beats every live beam already).
-
-    Every option may differ per sentence: the search runs max(K) rows per sentence, and a
-    sentence with a smaller K keeps only its first K alive beams and its 2K best extensions,
-    so its result is the one it gets alone, whatever else is in the batch.
+    step_fn, initial_ids, initial_cache, max_lengths, eos_id: int, *, beam_size=BEAM_SIZE,
+    alpha=ALPHA, min_length=None, prefix=None, num_best=None, stop_early=True,
+    stop_rule=STOP_EXACT, finish_rule=FINISH_TENSOR2TENSOR,
+):  # fmt: skip
+    """Beam search with GNMT length normalization and early stopping: alive and finished
+    hypotheses kept apart, a sentence settled once no alive one can beat the n-th best
+    finished (the bound, the stop rules and the finish rules: beam.py's docstring). K = 1 is
+    greedy search. Every option may differ per sentence (a Python number, a scalar or (B,)):
+    the search runs max(K) rows per sentence, and a sentence's result is the one it gets alone.
 
     Args:
         initial_ids: (B,) int32 first input ids (bos).
@@ -108,23 +67,23 @@ def beam_search(
             the "sentence" entry, which keeps B rows, and "constant").
         max_lengths: (B,) int32 longest output per sentence, eos included.
         eos_id: end-of-sequence id.
-        beam_size: K (paper: 4), >= 1: a Python int, a scalar int32 tensor or (B,) int32
-            per sentence (checked by callers).
-        alpha: length-penalty exponent (paper: 0.6), >= 0: a float, a scalar or (B,).
+        beam_size: K (paper: 4), >= 1 (checked by callers).
+        alpha: length-penalty exponent (paper: 0.6), >= 0.
         min_length: shortest output, eos included (eos is not a candidate before it, as
             CTranslate2's min_decoding_length); None (the default): no minimum.
         prefix: (B, P) int32 tokens every hypothesis of a sentence starts with (their
             log-probabilities count in its score), -1 after each sentence's prefix; None:
             no prefix. `max_lengths` must leave room for the prefix and eos.
         num_best: n, the hypotheses the caller keeps, in [1, K] per sentence (clipped to
-            the sentence's K): a Python int, a scalar or (B,) int32; None (the default): K.
+            the sentence's K); None (the default): K.
         stop_early: False runs every sentence until its maximum length (or until all its
             beams die): the exhaustive reference the early stop is tested against.
-        stop_rule: STOP_EXACT (the default), STOP_FINISHED or STOP_TOP (see above): a Python
-            int, a scalar or (B,) int32 per sentence.
+        stop_rule: STOP_EXACT (the default), STOP_FINISHED or STOP_TOP.
+        finish_rule: FINISH_TENSOR2TENSOR (the default) or FINISH_CTRANSLATE2.
 
     Returns:
-        (sequences (B, K, L) int32 best first, without bos, eos included, 0 after;
+        (sequences (B, K, L) int32 best first, without bos, eos included, 0 after (under
+         "ctranslate2", a hypothesis stopped by its maximum length has no eos);
          scores (B, K) float32 length-normalized log-probabilities, best first), K the
         largest beam size; a sentence's columns beyond its own K score NEG_INF or less.
     """
@@ -133,6 +92,7 @@ def beam_search(
     return _search(
         step_fn, initial_ids, initial_cache, max_lengths, eos_id, beam_size, alpha, min_length,
         prefix, sampling=None, num_best=num_best, stop_early=stop_early, stop_rule=stop_rule,
+        finish_rule=finish_rule,
     )  # fmt: skip
 
 
@@ -165,12 +125,14 @@ def sample(
 def _search(
     step_fn, initial_ids, initial_cache, max_lengths, eos_id, beam_size, alpha, min_length,
     prefix, sampling, num_best=None, stop_early=True, stop_rule=STOP_EXACT,
+    finish_rule=FINISH_TENSOR2TENSOR,
 ):  # fmt: skip
     """The one loop behind `beam_search` and `sample`."""
     initial_ids = tf.convert_to_tensor(initial_ids, tf.int32)
     per = beam.sentence_options(
-        initial_ids, max_lengths, beam_size, alpha, prefix, sampling, num_best, stop_rule
-    )
+        initial_ids, max_lengths, beam_size, alpha, prefix, sampling, num_best, stop_rule,
+        finish_rule,
+    )  # fmt: skip
     # K: the (largest) beam size; an empty batch still has shapes
     k = tf.maximum(tf.reduce_max(tf.convert_to_tensor(beam_size, tf.int32)), 1)
     length = tf.maximum(tf.reduce_max(per["max_length"]), 1)

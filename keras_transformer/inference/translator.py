@@ -23,13 +23,12 @@ class Translator(tf.Module):
     Args:
         model: a built `Transformer`.
         tokenizer: the `SubwordTokenizer` it was trained with.
-        options: its `DecodingOptions` (default: the paper's): the search of
-            `translator` and `translate_nbest`; `translate_with_options` and
-            `translate_with_stop_rule` take their own per sentence, but `min_length` (every
-            signature's, `sample` included) and `stop_rule` (the default of
-            `translate_with_stop_rule`'s per-sentence `stop_rule`, "").
-        beam_size, alpha, max_extra_length, min_length, stop_rule: the options one by one
-            (as before `options`), when `options` is not given.
+        options: its `DecodingOptions` (default: the paper's): the search of `translator` and
+            `translate_nbest`; `translate_with_options` and `translate_with_stop_rule` take
+            their own per sentence, but `min_length` (every signature's), `finish_rule` and
+            `stop_rule` (the default of `translate_with_stop_rule`'s per-sentence one, "").
+        beam_size, alpha, max_extra_length, min_length, stop_rule, finish_rule: the options
+            one by one (as before `options`), when `options` is not given.
         max_input_length: inputs are truncated to this many tokens, eos included
             (default: the model's `max_length`).
         attention_layer: the decoder layer whose cross-attention `score` returns (default:
@@ -75,16 +74,18 @@ class Translator(tf.Module):
         attention_layer: int | None = None,
         min_length: int = config.MIN_LENGTH,
         stop_rule: str = config.STOP_RULE,
+        finish_rule: str = config.FINISH_RULE,
         xla: bool = False,
         name: str = "translator",
     ):
         super().__init__(name=name)
         loose = dict(
             beam_size=beam_size, alpha=alpha, max_extra_length=max_extra_length,
-            min_length=min_length, stop_rule=stop_rule,
+            min_length=min_length, stop_rule=stop_rule, finish_rule=finish_rule,
         )  # fmt: skip
         self.options = one_object(options, loose)
         self._stop_code = search.stop_rule_code(self.options.stop_rule)
+        self._finish_code = search.finish_rule_code(self.options.finish_rule)
         # the searches count eos in their minimum; None: no minimum
         self._search_min_length = self.options.min_length + 1 if self.options.min_length else None
         self.model = model
@@ -158,7 +159,7 @@ class Translator(tf.Module):
         if self.xla:
             ids, scores = self._xla_search(
                 source, bos, max_lengths, beam_size=beam_size, alpha=alpha, prefix=prefix_ids,
-                num_best=num_best, stop_rule=stop_rule,
+                num_best=num_best, stop_rule=stop_rule, finish_rule=self._finish_code,
             )  # fmt: skip
             return ids, scores, empty, truncated
         memory = self.model.encode(source)
@@ -166,7 +167,7 @@ class Translator(tf.Module):
         ids, scores = search.beam_search(
             self.model.decode_step, bos, cache, max_lengths, EOS_ID,
             beam_size=beam_size, alpha=alpha, prefix=prefix_ids, num_best=num_best,
-            min_length=self._search_min_length, stop_rule=stop_rule,
+            min_length=self._search_min_length, stop_rule=stop_rule, finish_rule=self._finish_code,
         )  # fmt: skip
         return ids, scores, empty, truncated
 

@@ -144,14 +144,16 @@ class SegmentedSearch:
         prefix=None,
         num_best=None,
         stop_rule=beam.STOP_EXACT,
+        finish_rule=beam.FINISH_TENSOR2TENSOR,
     ):
-        """`search.beam_search`'s arguments and results (eos_id, min_length and stop_early
-        given to the constructor; `stop_rule` as there, per sentence too); `initial_cache` a
-        dict, with a fixed-capacity cache of any capacity if `grow_cache` is set."""
+        """`search.beam_search`'s arguments and results (eos_id, min_length, stop_early given
+        to the constructor); `initial_cache` a dict, of any capacity if `grow_cache` is set."""
         if isinstance(beam_size, int) and beam_size < 1:
             raise ValueError(f"beam_size must be >= 1, got {beam_size}")
         initial_ids = tf.convert_to_tensor(initial_ids, tf.int32)
-        per = self._options(initial_ids, max_lengths, beam_size, alpha, prefix, num_best, stop_rule)
+        per = self._options(
+            initial_ids, max_lengths, beam_size, alpha, prefix, num_best, stop_rule, finish_rule
+        )
         k = tf.maximum(tf.reduce_max(tf.convert_to_tensor(beam_size, tf.int32)), 1)
         length = tf.maximum(tf.reduce_max(per["max_length"]), 1)
         special, sentence, rest = self._tiled(initial_cache, k, self.initial_capacity)
@@ -166,16 +168,10 @@ class SegmentedSearch:
             return self._segment_and_compact(step, length, k, special, out, index, *state)
 
         state = (per, hypotheses, sentence, rest)
+        invariants = (tf.TensorShape([]), br.nest_shapes(out), tf.TensorShape([None]))
+        invariants += tuple(br.free_batch(state))
         result = tf.while_loop(
-            cond,
-            body,
-            (tf.constant(0), out, index, *state),
-            shape_invariants=(
-                tf.TensorShape([]),
-                br.nest_shapes(out),
-                tf.TensorShape([None]),
-                *br.free_batch(state),
-            ),
+            cond, body, (tf.constant(0), out, index, *state), shape_invariants=invariants
         )
         out, index, hypotheses = result[1], result[2], result[4]
         # every sentence settles by its maximum length; this only guards the last step
@@ -210,13 +206,16 @@ class SegmentedSearch:
         return (step, out, tf.gather(index, stay), *_take(stay, k, per, hypotheses, sentence, rest))
 
     @staticmethod
-    def _options(initial_ids, max_lengths, beam_size, alpha, prefix, num_best, stop_rule):
+    def _options(
+        initial_ids, max_lengths, beam_size, alpha, prefix, num_best, stop_rule, finish_rule
+    ):
         """`beam.sentence_options` for the segments (no sampling; the prefixes padded with
         -1 to a power of two: more -1 columns change nothing, as the column read once every
         prefix is done is -1 either way, and the compiled shapes stay few)."""
         per = beam.sentence_options(
-            initial_ids, max_lengths, beam_size, alpha, prefix, None, num_best, stop_rule
-        )
+            initial_ids, max_lengths, beam_size, alpha, prefix, None, num_best, stop_rule,
+            finish_rule,
+        )  # fmt: skip
         del per["sampling"]
         width = tf.shape(per["prefix"])[1]
         per["prefix"] = tf.pad(

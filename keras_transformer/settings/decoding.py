@@ -17,6 +17,8 @@ import os
 from keras_transformer.config import (
     ALPHA,
     BEAM_SIZE,
+    FINISH_RULE,
+    FINISH_RULES,
     MAX_EXTRA_LENGTH,
     MIN_LENGTH,
     STOP_RULE,
@@ -55,6 +57,11 @@ class DecodingOptions:
             the n best equal the exhaustive search's; see `search.beam_search`).
         num_hypotheses: the hypotheses a caller keeps, in [1, beam_size] (the inference
             commands keep 1; the `Translator`'s signatures say their own).
+        finish_rule: which candidates finish a hypothesis and how it is scored, one of
+            config.FINISH_RULES: "tensor2tensor" (the default: every eos among the 2K best
+            candidates, GNMT's length penalty) or "ctranslate2" (CTranslate2's beam search,
+            for identical translations with stop rule "top" at alpha 0, "finished" otherwise;
+            see `beam`'s docstring). An export's option, never a request's.
     """
 
     beam_size: int = BEAM_SIZE
@@ -63,11 +70,16 @@ class DecodingOptions:
     min_length: int = MIN_LENGTH
     stop_rule: str = STOP_RULE
     num_hypotheses: int = 1
+    finish_rule: str = FINISH_RULE
 
     def __post_init__(self):
         check_options(self.beam_size, self.alpha, self.max_extra_length)
         check_min_length(self.min_length)
         check_stop_rule(self.stop_rule)
+        if self.finish_rule not in FINISH_RULES:
+            raise DecodingOptionsError(
+                "finish_rule", f"must be one of {', '.join(FINISH_RULES)}, got {self.finish_rule!r}"
+            )
         if not _is_int(self.num_hypotheses) or not 1 <= self.num_hypotheses <= self.beam_size:
             raise DecodingOptionsError(
                 "num_hypotheses", f"must be in [1, beam_size {self.beam_size}], got "
@@ -79,7 +91,12 @@ class DecodingOptions:
         return dataclasses.replace(self, **{k: v for k, v in values.items() if v is not None})
 
     def as_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """The options by name; `finish_rule` only when not the default (a decoding.json
+        without it is read as before, by this version and the earlier ones)."""
+        values = dataclasses.asdict(self)
+        if values["finish_rule"] == FINISH_RULE:
+            del values["finish_rule"]
+        return values
 
     @classmethod
     def from_dict(cls, values: dict) -> DecodingOptions:
@@ -93,10 +110,12 @@ class DecodingOptions:
 
     def describe(self) -> str:
         """One line: `beam 4, alpha 0.6, max extra length 50, min length 1, stop rule
-        exact`."""
+        exact` (`, finish rule ctranslate2` when not the default)."""
+        finish = "" if self.finish_rule == FINISH_RULE else f", finish rule {self.finish_rule}"
         return (
             f"beam {self.beam_size}, alpha {self.alpha:g}, max extra length "
             f"{self.max_extra_length}, min length {self.min_length}, stop rule {self.stop_rule}"
+            f"{finish}"
         )
 
 

@@ -15,6 +15,8 @@ from keras_transformer.config import (
     ALPHA,
     AVERAGE_LAST,
     BEAM_SIZE,
+    FINISH_RULE,
+    FINISH_RULES,
     MAX_EXTRA_LENGTH,
     MIN_LENGTH,
     STOP_RULE,
@@ -100,6 +102,15 @@ class ExportArgs:
         "ended, CTranslate2's rule without one; both faster, may change some outputs); the "
         'default of translate_with_stop_rule\'s per-sentence stop_rule ("")',
         choices=STOP_RULES,
+    )
+    finish_rule: str = export_flag(
+        "search",
+        FINISH_RULE,
+        "which candidates finish a hypothesis and how it is scored (tensor2tensor: every eos "
+        "among the 2 x beam-size best, GNMT length penalty; ctranslate2: CTranslate2's beam "
+        "search, for its translations with --stop-rule top at --alpha 0, finished otherwise; "
+        "see docs/inference.md); stored in assets/decoding.json",
+        choices=FINISH_RULES,
     )
     attention_layer: int | None = export_flag(
         "search",
@@ -210,6 +221,8 @@ class ExportArgs:
         }
         if self.xla:
             described["xla"] = True
+        if self.finish_rule != FINISH_RULE:
+            described["finish_rule"] = self.finish_rule
         return described
 
 

@@ -159,3 +159,56 @@ def test_beam_4_equals_ctranslate2_or_finds_a_more_probable_translation(marian, 
     print(f"beam 4: {same} of {len(src)} identical to CTranslate2's, {cut} at the maximum length")
     assert cut <= len(src) // 2  # the random model repeats itself; the others are compared
     assert same > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("alpha, stop_rule", [(0.0, "top"), (1.0, "finished")])
+def test_the_ctranslate2_finish_rule_gives_ctranslate2s_beam_4_translations(
+    marian, imported, alpha, stop_rule
+):
+    """With finish_rule "ctranslate2" (and the stop rule CTranslate2 uses at that length
+    penalty), beam 4 gives CTranslate2's translation of every one of 48 Multi30k sentences,
+    those stopped by the maximum length included (the same number of steps on both sides:
+    CTranslate2's max_decoding_length is our maximum length, eos included), and its score;
+    the default rule does not (some eos ranked 5th to 8th finish there)."""
+    import ctranslate2
+    import sentencepiece as spm
+    from ctranslate2.converters import MarianConverter
+
+    from keras_transformer.inference.translator import Translator
+    from keras_transformer.run_dir import Run
+
+    root, *_ = marian
+    mdir, ct2 = os.path.join(root, "marian"), os.path.join(root, f"ct2-finish-{stop_rule}")
+    npz = next(f for f in os.listdir(mdir) if f.endswith(".npz"))
+    yml = os.path.join(mdir, "opus.spm32k-spm32k.vocab.yml")
+    MarianConverter(os.path.join(mdir, npz), [yml, yml]).convert(ct2)
+    reference = ctranslate2.Translator(ct2, device="cpu")
+    src = mf.multi30k_lines(DATA, "en", 48, "val")
+    source_spm = spm.SentencePieceProcessor(model_file=os.path.join(mdir, "source.spm"))
+    model, tokenizer = Run(imported).load_model()
+    theirs = []
+    for s in src:
+        pieces = source_spm.encode(s, out_type=str)
+        (result,) = reference.translate_batch(
+            [pieces], beam_size=4, length_penalty=alpha, max_decoding_length=len(pieces) + 11,
+            return_scores=True,
+        )  # fmt: skip
+        theirs.append((result.hypotheses[0], result.scores[0]))
+    for rule in ("ctranslate2", "tensor2tensor"):
+        translator = Translator(
+            model, tokenizer, beam_size=4, alpha=alpha, stop_rule=stop_rule, max_extra_length=10,
+            finish_rule=rule,
+        )  # fmt: skip
+        ids, scores, _, _ = translator.search(tf.constant(src), 4, num_best=1)
+        ours = [[tokenizer.vocab[i] for i in row[0] if i > 3] for row in ids.numpy()]
+        same = [ours[j] == theirs[j][0] for j in range(len(src))]
+        if rule == "ctranslate2":
+            assert all(same), [(j, ours[j], theirs[j][0]) for j in range(len(src)) if not same[j]]
+            # sums of up to 60 log-probabilities, each equal within 1e-5 or so
+            np.testing.assert_allclose(
+                scores.numpy()[:, 0], [s for _, s in theirs], rtol=1e-5, atol=1e-4
+            )
+        else:
+            assert not all(same)
+    print(f"tensor2tensor rule: {sum(same)} of {len(src)} identical to CTranslate2's")

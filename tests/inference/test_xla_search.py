@@ -75,6 +75,30 @@ def test_stop_rules_per_sentence_equal_the_default_search():
     assert changed
 
 
+def test_finish_rules_per_sentence_equal_the_default_search():
+    """search.beam_search's finish rule "ctranslate2" (some sentences, a minimum length and
+    every stop rule): the XLA segments give the same results, and the rule changes some
+    sentence's result."""
+    step_fn, cache, max_lengths = table_case()
+    bos = tf.fill([7], BOS)
+    segmented = SegmentedSearch(step_fn, EOS, initial_capacity=2, min_length=3)
+    finish = tf.constant([1, 0, 1, 1, 0, 1, 1])  # search.FINISH_CTRANSLATE2 where 1
+    options = dict(
+        beam_size=tf.constant([4, 4, 2, 1, 3, 4, 4]),
+        alpha=tf.constant([0.0, 0.6, 1.5, 0.6, 0.0, 1.0, 0.6]),
+        stop_rule=tf.constant([search.STOP_TOP, 0, 0, 1, 1, 1, 0]),
+    )
+    tensor2tensor = search.beam_search(step_fn, bos, cache, max_lengths, EOS, min_length=3,
+                                       **options)  # fmt: skip
+    expected = search.beam_search(step_fn, bos, cache, max_lengths, EOS, min_length=3,
+                                  finish_rule=finish, **options)  # fmt: skip
+    got = segmented.beam_search(bos, cache, max_lengths, finish_rule=finish, **options)
+    np.testing.assert_array_equal(got[0].numpy(), expected[0].numpy())
+    np.testing.assert_allclose(got[1].numpy(), expected[1].numpy(), rtol=1e-5, atol=1e-5)
+    differs = (expected[1].numpy() != tensor2tensor[1].numpy()).any(axis=1)
+    assert not differs[[1, 4]].any() and differs.any()
+
+
 def test_exhaustive_search_and_empty_batch():
     step_fn, cache, max_lengths = table_case()
     bos = tf.fill([7], BOS)

@@ -70,3 +70,15 @@ def test_loose_options_or_one_object_not_both():
     assert one_object(given, {"beam_size": 4, "alpha": 0.6}) is given  # the defaults
     with pytest.raises(ValueError, match="give alpha in `options`"):
         one_object(given, {"beam_size": 4, "alpha": 1.0})
+
+
+def test_the_finish_rule_is_checked_and_written_only_when_not_the_default(tmp_path):
+    with pytest.raises(DecodingOptionsError, match="finish_rule must be one of tensor2tensor, "):
+        DecodingOptions(finish_rule="marian")
+    options = DecodingOptions(alpha=1.0, stop_rule="finished", finish_rule="ctranslate2")
+    assert options.as_dict()["finish_rule"] == "ctranslate2"
+    assert options.describe().endswith("stop rule finished, finish rule ctranslate2")
+    write_options(str(tmp_path), options)
+    assert read_options(str(tmp_path)) == options
+    assert "finish_rule" not in DecodingOptions().as_dict()  # an older reader reads the default
+    assert DecodingOptions.from_dict({"finish_rule": "tensor2tensor"}) == DecodingOptions()

@@ -27,7 +27,7 @@ from keras_transformer.settings.args import INITIAL_LOSS_SCALE, TrainSettings, d
 from keras_transformer.settings.plan import Plan
 from keras_transformer.settings.recipe import COUNTED, replica_tokens
 from keras_transformer.training import callbacks as cb
-from keras_transformer.training import ema, fine_tune
+from keras_transformer.training import ema, fine_tune, layout
 from keras_transformer.training.preemption import PreemptionSave
 from keras_transformer.training.preparation import (
     check_tag_symbol,
@@ -191,7 +191,7 @@ def training_checkpoint(model: TrainingModel, progress: cb.BleuProgress) -> tf.t
         data_position=model.data_position,
         data_next=model.data_next,
         rng=seed_states(model.transformer),
-        **({"replica_next": model.replica_next} if model.replica_next is not None else {}),
+        **layout.checkpoint_items(model),
         bleu=progress,
         **ema.checkpoint_items(model.optimizer),
     )
@@ -312,7 +312,7 @@ def restore(shared: Run, checkpoint, model, bleu, metrics) -> bool:
         metrics.resume(restored=False)
         return False
     try:
-        checkpoint.restore(paths[-1]).assert_existing_objects_matched()
+        layout.restore(checkpoint, paths[-1], model)  # another layout: re-sharded
     except (AssertionError, ValueError, tf.errors.OpError) as err:
         # the half-restored checkpoint lists its unrestored values when it is deleted at exit:
         # the one-line error below says what matters

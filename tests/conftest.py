@@ -18,6 +18,21 @@ for _name in PATH_VARIABLES:
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: takes more than a few seconds (still runs in CI)")
+    config.addinivalue_line(
+        "markers", "cluster: local multi-process jobs; CI runs them as a second step (-m cluster)"
+    )
+
+
+CLUSTER_FILES = ("tests/cluster/", "tests/training/test_cluster.py")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Every test of the cluster files is a `cluster` test (deselected by default, see
+    pyproject.toml; .ci/run runs them after the README's command with `-m cluster`)."""
+    for item in items:
+        if item.nodeid.startswith(CLUSTER_FILES):
+            item.add_marker(pytest.mark.cluster)
 
 
 def pytest_sessionfinish(session, exitstatus):

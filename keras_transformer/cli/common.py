@@ -166,8 +166,12 @@ def add_decoding_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="an export version directory")
     parser.add_argument("--batch-size", type=int, default=64, help="sentences per request")
     parser.add_argument("--beam-size", type=int, help="per-request beam size (default: export's)")
-    parser.add_argument("--alpha", type=float, help="per-request length penalty exponent")
-    parser.add_argument("--max-extra-length", type=int, help="per-request output length bound")
+    parser.add_argument(
+        "--alpha", type=float, help="per-request length penalty exponent (default: export's)"
+    )
+    parser.add_argument(
+        "--max-extra-length", type=int, help="per-request output length bound (default: export's)"
+    )
     parser.add_argument(
         "--stop-rule",
         choices=("exact", "finished", "top"),
@@ -185,48 +189,88 @@ def add_sampling_flags(parser: argparse.ArgumentParser) -> None:
 def decoder(args, lines: int = 0):
     """(translate_fn, options) for `evaluation.translate_all`, from the shared flags.
 
+    A search flag decodes through `translate_with_options` (`translate_with_stop_rule` with
+    --stop-rule), the options not given taken from the export's own (its
+    assets/decoding.json; the library's defaults for an export made before 0.3); without
+    one, through `serving_default`. Logs the options used, in one line.
+
     Raises KerasTransformerError; `flag_error` turns it into a message naming the flag.
     """
-    from keras_transformer import config
     from keras_transformer.inference.evaluation import EvaluationError, load_export
-    from keras_transformer.inference.options import check_options, check_sampling
 
     if args.batch_size < 1:
         raise EvaluationError(f"--batch-size must be >= 1, got {args.batch_size}")
     sampling = any(getattr(args, flag, None) is not None for flag in SAMPLING_FLAGS)
     prefixes = getattr(args, "prefix", None)
     stop_rule = getattr(args, "stop_rule", None)
-    given = (args.beam_size, args.alpha, args.max_extra_length, prefixes, stop_rule)
+    given = {"beam_size": args.beam_size, "alpha": args.alpha}
+    given.update(max_extra_length=args.max_extra_length, stop_rule=stop_rule)
     if sampling:
-        if any(value is not None for value in given):
-            raise EvaluationError(
-                "--sample-* / --temperature / --seed draw one translation: drop --beam-size, "
-                "--alpha, --max-extra-length, --stop-rule and --prefix-file, or the sampling "
-                "flags"
-            )
-        options = {
-            "temperature": 1.0 if args.temperature is None else args.temperature,
-            "top_k": 0 if args.sample_topk is None else args.sample_topk,
-            "top_p": 1.0 if args.sample_topp is None else args.sample_topp,
-        }
-        check_sampling(options["temperature"], options["top_k"], options["top_p"])
-        seed = 0 if args.seed is None else args.seed
-        options["seed"] = [seed + i for i in range(lines)]
+        options = sampling_options(args, given, prefixes, lines)
         return load_export(args.model, "sample"), options
-    if all(value is None for value in given):
-        return load_export(args.model), {}
-    beam, alpha, extra = (
-        config.BEAM_SIZE if args.beam_size is None else args.beam_size,
-        config.ALPHA if args.alpha is None else args.alpha,
-        config.MAX_EXTRA_LENGTH if args.max_extra_length is None else args.max_extra_length,
-    )
-    check_options(beam, alpha, extra)
-    options = {"beam_size": beam, "alpha": alpha, "max_extra_length": extra, "num_hypotheses": 1}
-    options["target_prefix"] = prefixes if prefixes is not None else ""
-    if stop_rule is None:
-        return load_export(args.model, "translate_with_options"), options
-    options["stop_rule"] = stop_rule
-    return load_export(args.model, "translate_with_stop_rule"), options
+    options, used = export_options(args.model, given)  # checks the flags first
+    if all(value is None for value in given.values()) and prefixes is None:
+        translate_fn, request = load_export(args.model), {}
+    else:
+        request = {"beam_size": options.beam_size, "alpha": options.alpha}
+        request.update(max_extra_length=options.max_extra_length, num_hypotheses=1)
+        request["target_prefix"] = prefixes if prefixes is not None else ""
+        if stop_rule is not None:
+            request["stop_rule"] = options.stop_rule
+        signature = "translate_with_options" if stop_rule is None else "translate_with_stop_rule"
+        translate_fn = load_export(args.model, signature)
+    logging.getLogger("keras_transformer.cli").info("decoding with %s", used)
+    return translate_fn, request
+
+
+def export_options(model: str, given: dict):
+    """(the export's `DecodingOptions` with the values `given` (not None), a description of
+    them: `beam size 2 (the export's), alpha 1 (--alpha), ...`). Raises
+    KerasTransformerError (a bad value: DecodingOptionsError naming the option)."""
+    from keras_transformer.settings.decoding import DecodingOptions, read_options
+
+    export = read_options(os.path.join(model, "assets"))
+    origin = "the export's"
+    if export is None:
+        options = DecodingOptions().given(**given)
+        if all(value is None for value in given.values()):
+            return options, "the export's own options (it has no assets/decoding.json)"
+        origin = "the library's: the export has no assets/decoding.json"
+    else:
+        options = export.given(**given)
+    parts = [
+        f"{name.replace('_', ' ')} {getattr(options, name):g}"
+        if name == "alpha" else f"{name.replace('_', ' ')} {getattr(options, name)}"
+        for name in ("beam_size", "alpha", "max_extra_length", "min_length", "stop_rule")
+    ]  # fmt: skip
+    notes = [
+        f" (--{name.replace('_', '-')})" if given.get(name) is not None else f" ({origin})"
+        for name in ("beam_size", "alpha", "max_extra_length", "min_length", "stop_rule")
+    ]
+    return options, ", ".join(part + note for part, note in zip(parts, notes, strict=True))
+
+
+def sampling_options(args, given: dict, prefixes, lines: int) -> dict:
+    """The `sample` signature's options from the sampling flags (none of `given` or
+    `prefixes` may be set beside them)."""
+    from keras_transformer.inference.evaluation import EvaluationError
+    from keras_transformer.settings.decoding import check_sampling
+
+    if prefixes is not None or any(value is not None for value in given.values()):
+        raise EvaluationError(
+            "--sample-* / --temperature / --seed draw one translation: drop --beam-size, "
+            "--alpha, --max-extra-length, --stop-rule and --prefix-file, or the sampling "
+            "flags"
+        )
+    options = {
+        "temperature": 1.0 if args.temperature is None else args.temperature,
+        "top_k": 0 if args.sample_topk is None else args.sample_topk,
+        "top_p": 1.0 if args.sample_topp is None else args.sample_topp,
+    }
+    check_sampling(options["temperature"], options["top_k"], options["top_p"])
+    seed = 0 if args.seed is None else args.seed
+    options["seed"] = [seed + i for i in range(lines)]
+    return options
 
 
 def flag_error(prog: str, err: Exception) -> int:

@@ -4,10 +4,11 @@ kt-translate --model EXPORT/transformer/1 < in.txt > out.txt
 
 The whole input is read first (it is sorted by length into batches, and written back in
 input order). `--beam-size`, `--alpha`, `--max-extra-length` or `--prefix-file` decode through
-the export's `translate_with_options` signature; `--sample-topk`, `--sample-topp`,
-`--temperature` or `--seed` draw one translation per sentence through `sample` (sentence i
-uses seed + i, so a run is reproducible); without them, `serving_default` (the settings
-chosen at export).
+the export's `translate_with_options` signature (`--stop-rule`: `translate_with_stop_rule`),
+the options not given being the export's own (its assets/decoding.json); `--sample-topk`,
+`--sample-topp`, `--temperature` or `--seed` draw one translation per sentence through
+`sample` (sentence i uses seed + i, so a run is reproducible); without them,
+`serving_default` (the settings chosen at export). The options used are named on stderr.
 """
 
 from __future__ import annotations

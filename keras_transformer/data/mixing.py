@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from keras_transformer.data.sources import DataError, ParallelText, drawn
+from keras_transformer.data.parallel_text import DataError, ParallelText, drawn
 
 TAG = "<BT>"  # the reserved SentencePiece symbol of a tagged corpus
 SHUFFLE_BUFFER = 20_000  # pairs in each corpus's own shuffle buffer

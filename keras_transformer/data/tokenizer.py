@@ -12,7 +12,7 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
-from keras_transformer.data.sources import DataError
+from keras_transformer.data.parallel_text import DataError
 
 NUM_SPECIAL = 4
 NUM_BYTE_PIECES = 256  # byte fallback: <0x00> ... <0xFF>, ids 4 ... 259

@@ -1,4 +1,4 @@
-"""A `MarianCheckpoint` (importers/marian.py) -> a run directory that kt-export, kt-translate
+"""A `MarianCheckpoint` (importers/checkpoint.py) -> a run directory that kt-export, kt-translate
 (through an export), kt-evaluate, kt-score and `kt-train --init-from` use as a trained run.
 
 Ids. This package's vocabulary reserves pad 0, unk 1, bos 2, eos 3; Marian's has `</s>` 0,
@@ -21,7 +21,7 @@ import os
 
 import numpy as np
 
-from keras_transformer.importers.marian import ImportFailure, MarianCheckpoint
+from keras_transformer.importers.checkpoint import ImportFailure, MarianCheckpoint
 from keras_transformer.run_dir import Run
 
 logger = logging.getLogger(__name__)
@@ -44,83 +44,99 @@ def run_vocabulary(vocab: list[str]) -> list[str]:
     ]
 
 
+class Weights:
+    """The checkpoint's weights by Marian's name, handed out once each and checked."""
+
+    def __init__(self, weights: dict):
+        self.weights, self.used = dict(weights), set()
+
+    def take(self, name: str, shape) -> np.ndarray:
+        """The weight `name` as float32 of `shape` ((1, n) read as (n,)); ImportFailure when
+        it is missing or has another shape."""
+        if name not in self.weights:
+            raise ImportFailure(f"the model has no weight {name} (expected from its options)")
+        value = np.asarray(self.weights[name], np.float32)
+        value = value.reshape(-1) if len(shape) == 1 and value.ndim == 2 else value
+        if tuple(value.shape) != tuple(shape):
+            raise ImportFailure(
+                f"weight {name} has shape {tuple(value.shape)}, the options say {tuple(shape)}"
+            )
+        self.used.add(name)
+        return value
+
+    def check_all_used(self) -> None:
+        left = sorted(set(self.weights) - self.used)
+        if left:
+            shown = ", ".join(left[:3]) + (f" and {len(left) - 3} more" if len(left) > 3 else "")
+            raise ImportFailure(f"the model has weights this Transformer has no place for: {shown}")
+
+
+def place_embedding(embedding, weights: Weights, vocab_size: int, d: int) -> None:
+    """Marian's Wemb and output bias in the run's id order (`marian_ids`); the rows Marian has
+    not (pad, bos) are zeros with the output bias RESERVED_LOGIT."""
+    rows = marian_ids(vocab_size - 2)
+    wemb = weights.take("Wemb", (len(rows) - 2, d))
+    bias = weights.take("decoder_ff_logit_out_b", (len(rows) - 2,))
+    table = np.zeros((vocab_size, d), np.float32)
+    logits_bias = np.full((vocab_size,), RESERVED_LOGIT, np.float32)
+    for ours, theirs in enumerate(rows):
+        if theirs is not None:
+            table[ours], logits_bias[ours] = wemb[theirs], bias[theirs]
+    embedding.embeddings.assign(table)
+    embedding.bias.assign(logits_bias)
+
+
+def place_norm(layer, weights: Weights, scope: str, d: int) -> None:
+    layer.gamma.assign(weights.take(f"{scope}_ln_scale", (d,)))
+    layer.beta.assign(weights.take(f"{scope}_ln_bias", (d,)))
+
+
+def place_attention(block, weights: Weights, scope: str, d: int, self_attention: bool) -> None:
+    """Marian's separate Q, K, V into the fused `qkv` (self-attention) or `kv` (cross)."""
+    mha = block.sublayer
+    q, k, v = ((weights.take(f"{scope}_W{n}", (d, d)), weights.take(f"{scope}_b{n}", (d,)))
+               for n in "qkv")  # fmt: skip
+    if self_attention:
+        mha.qkv_kernel.assign(np.concatenate([q[0], k[0], v[0]], axis=1))
+        mha.qkv_bias.assign(np.concatenate([q[1], k[1], v[1]]))
+    else:
+        mha.q_kernel.assign(q[0])
+        mha.q_bias.assign(q[1])
+        mha.kv_kernel.assign(np.concatenate([k[0], v[0]], axis=1))
+        mha.kv_bias.assign(np.concatenate([k[1], v[1]]))
+    mha.output_kernel.assign(weights.take(f"{scope}_Wo", (d, d)))
+    mha.output_bias.assign(weights.take(f"{scope}_bo", (d,)))
+    place_norm(block.norm, weights, f"{scope}_Wo", d)
+
+
+def place_feed_forward(block, weights: Weights, scope: str, d: int, d_ff: int) -> None:
+    ffn = block.sublayer
+    ffn.inner_kernel.assign(weights.take(f"{scope}_W1", (d, d_ff)))
+    ffn.inner_bias.assign(weights.take(f"{scope}_b1", (d_ff,)))
+    ffn.output_kernel.assign(weights.take(f"{scope}_W2", (d_ff, d)))
+    ffn.output_bias.assign(weights.take(f"{scope}_b2", (d,)))
+    place_norm(block.norm, weights, f"{scope}_ffn", d)
+
+
 def build_model(checkpoint: MarianCheckpoint):
     """The Keras Transformer with the checkpoint's weights; ImportFailure names a weight
     that is missing, has another shape, or is left over (an option this model lacks)."""
     from keras_transformer.model import Transformer
 
-    config, weights = checkpoint.config, dict(checkpoint.weights)
+    config = checkpoint.config
+    d, d_ff = config.d_model, config.d_ff
     model = Transformer(config)
     model.build()
-    used: set[str] = set()
-
-    def take(name, shape=None):
-        if name not in weights:
-            raise ImportFailure(f"the model has no weight {name} (expected from its options)")
-        value = np.asarray(weights[name], np.float32)
-        if shape is not None:
-            value = value.reshape(-1) if len(shape) == 1 and value.ndim == 2 else value
-            if tuple(value.shape) != tuple(shape):
-                raise ImportFailure(
-                    f"weight {name} has shape {tuple(value.shape)}, the options say {tuple(shape)}"
-                )
-        used.add(name)
-        return value
-
-    d, v = config.d_model, len(checkpoint.vocab)
-    wemb = take("Wemb", (v, d))
-    bias = take("decoder_ff_logit_out_b", (v,))
-    rows = marian_ids(v)
-    table = np.zeros((config.vocab_size, d), np.float32)
-    logits_bias = np.full((config.vocab_size,), RESERVED_LOGIT, np.float32)
-    for ours, theirs in enumerate(rows):
-        if theirs is not None:
-            table[ours], logits_bias[ours] = wemb[theirs], bias[theirs]
-    model.embedding.embeddings.assign(table)
-    model.embedding.bias.assign(logits_bias)
-
-    def norm(layer, scope):
-        layer.gamma.assign(take(f"{scope}_ln_scale", (d,)))
-        layer.beta.assign(take(f"{scope}_ln_bias", (d,)))
-
-    def linear(scope, name, width):
-        return take(f"{scope}_W{name}", (d, width)), take(f"{scope}_b{name}", (width,))
-
-    def attention(block, scope, self_attention):
-        mha = block.sublayer
-        q, k, v_ = (linear(scope, n, d) for n in "qkv")
-        if self_attention:
-            mha.qkv_kernel.assign(np.concatenate([q[0], k[0], v_[0]], axis=1))
-            mha.qkv_bias.assign(np.concatenate([q[1], k[1], v_[1]]))
-        else:
-            mha.q_kernel.assign(q[0])
-            mha.q_bias.assign(q[1])
-            mha.kv_kernel.assign(np.concatenate([k[0], v_[0]], axis=1))
-            mha.kv_bias.assign(np.concatenate([k[1], v_[1]]))
-        mha.output_kernel.assign(take(f"{scope}_Wo", (d, d)))
-        mha.output_bias.assign(take(f"{scope}_bo", (d,)))
-        norm(block.norm, f"{scope}_Wo")
-
-    def feed_forward(block, scope):
-        ffn = block.sublayer
-        w1, b1 = linear(scope, "1", config.d_ff)
-        ffn.inner_kernel.assign(w1)
-        ffn.inner_bias.assign(b1)
-        ffn.output_kernel.assign(take(f"{scope}_W2", (config.d_ff, d)))
-        ffn.output_bias.assign(take(f"{scope}_b2", (d,)))
-        norm(block.norm, f"{scope}_ffn")
-
+    weights = Weights(checkpoint.weights)
+    place_embedding(model.embedding, weights, config.vocab_size, d)
     for i, layer in enumerate(model.encoder.blocks):
-        attention(layer.self_attention, f"encoder_l{i + 1}_self", True)
-        feed_forward(layer.feed_forward, f"encoder_l{i + 1}_ffn")
+        place_attention(layer.self_attention, weights, f"encoder_l{i + 1}_self", d, True)
+        place_feed_forward(layer.feed_forward, weights, f"encoder_l{i + 1}_ffn", d, d_ff)
     for i, layer in enumerate(model.decoder.blocks):
-        attention(layer.self_attention, f"decoder_l{i + 1}_self", True)
-        attention(layer.cross_attention, f"decoder_l{i + 1}_context", False)
-        feed_forward(layer.feed_forward, f"decoder_l{i + 1}_ffn")
-    left = sorted(set(weights) - used)
-    if left:
-        shown = ", ".join(left[:3]) + (f" and {len(left) - 3} more" if len(left) > 3 else "")
-        raise ImportFailure(f"the model has weights this Transformer has no place for: {shown}")
+        place_attention(layer.self_attention, weights, f"decoder_l{i + 1}_self", d, True)
+        place_attention(layer.cross_attention, weights, f"decoder_l{i + 1}_context", d, False)
+        place_feed_forward(layer.feed_forward, weights, f"decoder_l{i + 1}_ffn", d, d_ff)
+    weights.check_all_used()
     return model
 
 

@@ -57,6 +57,7 @@ from keras_transformer.inference.options import (
 )
 from keras_transformer.inference.translator import Translator
 from keras_transformer.run_dir import Run, load_trained
+from keras_transformer.settings.decoding import write_options
 
 WARMUP_FILE = "tf_serving_warmup_requests"
 WARMUP_SENTENCES = ("A man is riding a bicycle.", "", "Zwei Hunde spielen im Schnee.")
@@ -276,6 +277,7 @@ def _write_saved_model(
     os.makedirs(os.path.join(path, "assets"), exist_ok=True)
     with open(os.path.join(path, "assets", "spm.model"), "wb") as handle:
         handle.write(translator.tokenizer.proto)
+    write_options(os.path.join(path, "assets"), translator.options)  # kt-translate's defaults
     extra = os.path.join(path, "assets.extra")
     os.makedirs(extra, exist_ok=True)
     with tf.io.TFRecordWriter(os.path.join(extra, WARMUP_FILE)) as writer:

@@ -1,4 +1,4 @@
-"""The exported signatures' inputs and the checks of their option values.
+"""The exported signatures' inputs and the in-graph checks of their option values.
 
 Every input is batch-major, `[B, ...]`, so that TF Serving's `--enable_batching` can
 concatenate requests of any signature along axis 0: the options are per-sentence vectors.
@@ -7,12 +7,20 @@ A bad value is an InvalidArgument error naming the signature and the input.
 
 from __future__ import annotations
 
-import math
-
 import tensorflow as tf
 
 from keras_transformer.config import STOP_RULES
-from keras_transformer.errors import KerasTransformerError
+
+# the checks of the options' Python values, kept importable from here
+from keras_transformer.settings.decoding import (  # noqa: F401
+    MAX_BEAM_SIZE,
+    MAX_EXTRA_LENGTH_LIMIT,
+    DecodingOptionsError,
+    check_min_length,
+    check_options,
+    check_sampling,
+    check_stop_rule,
+)
 
 STRINGS = tf.TensorSpec([None], tf.string, name="inputs")
 OPTIONS = [
@@ -41,39 +49,6 @@ SAMPLE = [
 XLA_SHAPES = tf.TensorSpec([None, 5], tf.int32, name="shapes")
 # every option's dtype, for callers that build the (B,) vectors
 DTYPES = {spec.name: spec.dtype for spec in [*STOP_RULE_OPTIONS[1:], *SAMPLE[1:], XLA_SHAPES]}
-# per-request bounds: a request cannot ask for unbounded memory or time
-MAX_BEAM_SIZE = 64
-MAX_EXTRA_LENGTH_LIMIT = 1024  # the largest max_extra_length (the default is config's)
-
-
-class DecodingOptionsError(KerasTransformerError, ValueError):
-    """A decoding option out of range; the message names the option and the value, and
-    `option` holds its name (command lines map it to their flag)."""
-
-    def __init__(self, option: str, message: str):
-        super().__init__(f"{option} {message}")
-        self.option = option
-
-
-def check_options(beam_size: int, alpha: float, max_extra_length: int) -> None:
-    """Raise `DecodingOptionsError` naming the first option out of range."""
-    if not 1 <= beam_size <= MAX_BEAM_SIZE:
-        raise DecodingOptionsError("beam_size", f"must be in [1, {MAX_BEAM_SIZE}], got {beam_size}")
-    if not (math.isfinite(alpha) and alpha >= 0):
-        raise DecodingOptionsError("alpha", f"must be a finite number >= 0, got {alpha}")
-    if not 1 <= max_extra_length <= MAX_EXTRA_LENGTH_LIMIT:
-        raise DecodingOptionsError(
-            "max_extra_length",
-            f"must be in [1, {MAX_EXTRA_LENGTH_LIMIT}], got {max_extra_length}",
-        )
-
-
-def check_stop_rule(stop_rule: str) -> None:
-    """Raise `DecodingOptionsError` unless `stop_rule` names one of config.STOP_RULES."""
-    if stop_rule not in STOP_RULES:
-        raise DecodingOptionsError(
-            "stop_rule", f"must be one of {', '.join(STOP_RULES)}, got {stop_rule!r}"
-        )
 
 
 def stop_rule_codes(stop_rule, default: int):
@@ -83,22 +58,6 @@ def stop_rule_codes(stop_rule, default: int):
     for code, name in enumerate(STOP_RULES):
         codes = tf.where(tf.equal(stop_rule, name), code, codes)
     return codes
-
-
-def check_min_length(min_length: int) -> None:
-    """Raise `DecodingOptionsError` unless `min_length` is an integer >= 0."""
-    if not isinstance(min_length, int) or isinstance(min_length, bool) or min_length < 0:
-        raise DecodingOptionsError("min_length", f"must be an integer >= 0, got {min_length!r}")
-
-
-def check_sampling(temperature: float, top_k: int, top_p: float) -> None:
-    """Raise `DecodingOptionsError` naming the first sampling option out of range."""
-    if not (math.isfinite(temperature) and temperature > 0):
-        raise DecodingOptionsError("temperature", f"must be a finite number > 0, got {temperature}")
-    if top_k < 0:
-        raise DecodingOptionsError("top_k", f"must be >= 0 (0: no limit), got {top_k}")
-    if not 0 < top_p <= 1:
-        raise DecodingOptionsError("top_p", f"must be in (0, 1], got {top_p}")
 
 
 def _check(signature, name, ok, requirement, value):

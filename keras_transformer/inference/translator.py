@@ -5,18 +5,16 @@ from __future__ import annotations
 import tensorflow as tf
 
 from keras_transformer import config
-from keras_transformer.config import BOS_ID, EOS_ID, RESERVED_IDS
+from keras_transformer.config import BOS_ID, EOS_ID
 from keras_transformer.data.tokenizer import SubwordTokenizer
+from keras_transformer.inference import forced, search, text, xla_search, xla_shapes
 from keras_transformer.inference import options as opt
-from keras_transformer.inference import search, xla_search
-
-# SentencePiece has CPU kernels only: its ops are pinned here, so that the export also places
-# on a GPU server (TF Serving #2016)
-TOKENIZER_DEVICE = "/device:CPU:0"
+from keras_transformer.settings.decoding import DecodingOptions, one_object
 
 # kept importable from here: the commands (keras_transformer.cli) name them
 DecodingOptionsError = opt.DecodingOptionsError
 check_options = opt.check_options
+TOKENIZER_DEVICE = text.TOKENIZER_DEVICE
 
 
 class Translator(tf.Module):
@@ -25,23 +23,18 @@ class Translator(tf.Module):
     Args:
         model: a built `Transformer`.
         tokenizer: the `SubwordTokenizer` it was trained with.
-        beam_size: K (paper: 4); 1 with alpha 0 is greedy search.
-        alpha: length penalty exponent (paper: 0.6).
-        max_extra_length: outputs may be this many tokens longer than the input (paper: 50).
+        options: its `DecodingOptions` (default: the paper's): the search of
+            `translator` and `translate_nbest`; `translate_with_options` and
+            `translate_with_stop_rule` take their own per sentence, but `min_length` (every
+            signature's, `sample` included) and `stop_rule` (the default of
+            `translate_with_stop_rule`'s per-sentence `stop_rule`, "").
+        beam_size, alpha, max_extra_length, min_length, stop_rule: the options one by one
+            (as before `options`), when `options` is not given.
         max_input_length: inputs are truncated to this many tokens, eos included
             (default: the model's `max_length`).
         attention_layer: the decoder layer whose cross-attention `score` returns (default:
             the penultimate, the usual choice for word alignment; negative counts from the
             end).
-        min_length: shortest translation of a non-empty input, in tokens before eos (eos is
-            no candidate until then; see `candidates.top_log_probs` for the scores); default 1,
-            so a non-empty input never gets "" (as CTranslate2, fairseq and OpenNMT); 0
-            turns it off (the paper sets none). `sample` keeps it too.
-        stop_rule: when beam search settles a sentence, one of config.STOP_RULES: "exact"
-            (the default; the n best equal the exhaustive search's), "finished" or "top"
-            (CTranslate2's rules, faster, may change outputs: see `search.beam_search`); the
-            default of `translate_with_stop_rule`'s per-sentence `stop_rule` too, and the
-            rule of every other search.
         xla: run the beam searches (every signature but `sample` and `score`) compiled by
             XLA, in segments (xla_search.py): the same outputs (every stop rule), faster; a
             server must enable XLA (TF Serving: --xla_cpu_compilation_enabled=true) and
@@ -73,6 +66,7 @@ class Translator(tf.Module):
         self,
         model,
         tokenizer: SubwordTokenizer,
+        options: DecodingOptions | None = None,
         *,
         beam_size: int = config.BEAM_SIZE,
         alpha: float = config.ALPHA,
@@ -85,19 +79,16 @@ class Translator(tf.Module):
         name: str = "translator",
     ):
         super().__init__(name=name)
-        opt.check_options(beam_size, alpha, max_extra_length)
-        opt.check_min_length(min_length)
-        opt.check_stop_rule(stop_rule)
-        self.stop_rule = stop_rule
-        self._stop_code = search.stop_rule_code(stop_rule)
-        self.min_length = min_length
+        loose = dict(
+            beam_size=beam_size, alpha=alpha, max_extra_length=max_extra_length,
+            min_length=min_length, stop_rule=stop_rule,
+        )  # fmt: skip
+        self.options = one_object(options, loose)
+        self._stop_code = search.stop_rule_code(self.options.stop_rule)
         # the searches count eos in their minimum; None: no minimum
-        self._search_min_length = min_length + 1 if min_length else None
+        self._search_min_length = self.options.min_length + 1 if self.options.min_length else None
         self.model = model
         self.tokenizer = tokenizer
-        self.beam_size = beam_size
-        self.alpha = alpha
-        self.max_extra_length = max_extra_length
         self.max_input_length = max_input_length or model.config.max_length
         # learned positions have a table; sinusoidal ones have no limit
         self.max_output_length = (
@@ -114,58 +105,22 @@ class Translator(tf.Module):
         self._segmented = None
         if xla:
             self._segmented = xla_search.SegmentedSearch(
-                model.decode_step,
-                EOS_ID,
-                grow_cache=model.grow_cache,
+                model.decode_step, EOS_ID, grow_cache=model.grow_cache,
                 min_length=self._search_min_length,
-            )
+            )  # fmt: skip
+
+    # as before `options` (the export reads them)
+    beam_size = property(lambda self: self.options.beam_size)
+    max_extra_length = property(lambda self: self.options.max_extra_length)
 
     # -- pieces ----------------------------------------------------------------------------
 
-    def _tokenize(self, strings, target=False):
-        """(B,) strings -> ragged ids, without bos/eos, on the CPU; `target`: with the
-        target side's SentencePiece model where the tokenizer has one (an imported OPUS-MT
-        model, data/marian_tokenizer.py)."""
-        tokenizer = self.tokenizer.tokenizer
-        with tf.device(TOKENIZER_DEVICE):
-            if target and hasattr(tokenizer, "tokenize_target"):
-                return tokenizer.tokenize_target(strings)
-            return tokenizer.tokenize(strings)
-
-    def _pieces(self, ids):
-        """(B, T) ids -> their SentencePiece pieces, "" for padding, on the CPU."""
-        with tf.device(TOKENIZER_DEVICE):
-            return tf.where(ids > 0, self.tokenizer.tokenizer.id_to_string(ids), "")
-
-    def _clean(self, sentences):
-        return tf.strings.unicode_transcode(
-            sentences, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD
-        )
-
     def _encode_inputs(self, sentences):
-        """(B,) strings -> (source ids (B, S) with eos, lengths (B,), empty (B,) bool,
-        truncated (B,) bool: the input had more than `max_input_length` - 1 tokens)."""
-        clean = self._clean(sentences)
-        all_ids = self._tokenize(clean)
-        truncated = all_ids.row_lengths() > self.max_input_length - 1
-        ids = all_ids[:, : self.max_input_length - 1]
-        eos = tf.fill([tf.shape(sentences)[0], 1], EOS_ID)
-        source = tf.concat([ids, eos], axis=1)
-        empty = tf.equal(tf.strings.length(tf.strings.strip(clean)), 0)
-        return source.to_tensor(), source.row_lengths(), empty, truncated
+        """`text.encode_inputs` with this translator's tokenizer and input length."""
+        return text.encode_inputs(self.tokenizer, sentences, self.max_input_length)
 
-    def _targets(self, strings, room=1):
-        """(B,) strings -> ragged ids, cut so that `room` more tokens fit the positions."""
-        return self._cut_targets(strings, room)[0]
-
-    def _cut_targets(self, strings, room=1):
-        """(`_targets`, (B,) bool: cut)."""
-        ids = self._tokenize(self._clean(strings), target=True)
-        if self.max_output_length is None:
-            return ids, tf.zeros(tf.shape(strings)[:1], tf.bool)
-        return ids[:, : self.max_output_length - room], ids.row_lengths() > (
-            self.max_output_length - room
-        )
+    def _detokenize(self, ids, empty):
+        return text.detokenize(self.tokenizer, ids, empty)
 
     def _max_lengths(self, lengths, extra, at_least=None):
         max_lengths = tf.cast(lengths, tf.int32) + extra
@@ -176,15 +131,9 @@ class Translator(tf.Module):
         return max_lengths
 
     def search(
-        self,
-        sentences,
-        beam_size,
-        alpha=None,
-        max_extra_length=None,
-        prefix=None,
-        num_best=None,
-        stop_rule=None,
-    ):
+        self, sentences, beam_size, alpha=None, max_extra_length=None, prefix=None,
+        num_best=None, stop_rule=None,
+    ):  # fmt: skip
         """(B,) strings -> (ids (B, K, L), scores (B, K), empty (B,) bool, truncated (B,)
         bool).
 
@@ -195,29 +144,20 @@ class Translator(tf.Module):
         default all K; `stop_rule`: a code of `search` (STOP_EXACT...), scalar or (B,),
         default the constructor's.
         """
-        alpha = self.alpha if alpha is None else alpha
+        alpha = self.options.alpha if alpha is None else alpha
         extra = self.max_extra_length if max_extra_length is None else max_extra_length
         stop_rule = self._stop_code if stop_rule is None else stop_rule
         source, lengths, empty, truncated = self._encode_inputs(sentences)
         prefix_ids, at_least = None, None
         if prefix is not None:
-            ragged = self._targets(prefix)
+            ragged = text.cut_targets(self.tokenizer, prefix, self.max_output_length)[0]
             prefix_ids = ragged.to_tensor(default_value=-1)
             at_least = tf.cast(ragged.row_lengths(), tf.int32) + 1  # room for eos
         max_lengths = self._max_lengths(lengths, extra, at_least)
         bos = tf.fill([tf.shape(source)[0]], BOS_ID)
         if self.xla:
-            # padding masked in every attention: a power of two keeps the compiled shapes few
-            width = tf.shape(source)[1]
-            bucket = tf.minimum(
-                tf.maximum(xla_search.next_power_of_two(width), xla_search.MIN_SOURCE_WIDTH),
-                self.max_input_length,
-            )
-            source = tf.pad(source, [[0, 0], [0, tf.maximum(bucket - width, 0)]])
-            memory = self.model.encode(source)
-            cache = self.model.init_cache(memory, source, fixed_capacity=True)
-            ids, scores = self._segmented.beam_search(
-                bos, cache, max_lengths, beam_size=beam_size, alpha=alpha, prefix=prefix_ids,
+            ids, scores = self._xla_search(
+                source, bos, max_lengths, beam_size=beam_size, alpha=alpha, prefix=prefix_ids,
                 num_best=num_best, stop_rule=stop_rule,
             )  # fmt: skip
             return ids, scores, empty, truncated
@@ -230,18 +170,18 @@ class Translator(tf.Module):
         )  # fmt: skip
         return ids, scores, empty, truncated
 
-    def _detokenize(self, ids, empty):
-        """(B, K, L) ids -> (B, K) strings; "" where the input was empty."""
-        shape = tf.shape(ids)
-        flat = tf.reshape(ids, [-1, shape[2]])
-        before_eos = tf.math.cumsum(tf.cast(tf.equal(flat, EOS_ID), tf.int32), axis=1) == 0
-        lengths = tf.reduce_sum(tf.cast(before_eos, tf.int32), 1)
-        ragged = tf.RaggedTensor.from_tensor(flat, lengths=lengths)
-        with tf.device(TOKENIZER_DEVICE):  # pad, unk, bos and eos are not text
-            ragged = tf.ragged.boolean_mask(ragged, ragged >= RESERVED_IDS)
-            text = self.tokenizer.tokenizer.detokenize(ragged)
-        text = tf.reshape(text, shape[:2])
-        return tf.where(empty[:, tf.newaxis], tf.constant(""), text)
+    def _xla_search(self, source, bos, max_lengths, **options):
+        """`xla_search.SegmentedSearch.beam_search` of (B, S) source ids."""
+        # padding masked in every attention: a power of two keeps the compiled shapes few
+        width = tf.shape(source)[1]
+        bucket = tf.minimum(
+            tf.maximum(xla_shapes.next_power_of_two(width), xla_shapes.MIN_SOURCE_WIDTH),
+            self.max_input_length,
+        )
+        source = tf.pad(source, [[0, 0], [0, tf.maximum(bucket - width, 0)]])
+        memory = self.model.encode(source)
+        cache = self.model.init_cache(memory, source, fixed_capacity=True)
+        return self._segmented.beam_search(bos, cache, max_lengths, **options)
 
     def _nbest(self, ids, scores, empty, truncated):
         return {
@@ -255,9 +195,9 @@ class Translator(tf.Module):
     @tf.function(input_signature=[opt.STRINGS])
     def __call__(self, inputs):
         ids, scores, empty, truncated = self.search(inputs, self.beam_size, num_best=1)
-        text = self._detokenize(ids[:, :1], empty)[:, 0]
+        outputs = self._detokenize(ids[:, :1], empty)[:, 0]
         return {
-            "outputs": text,
+            "outputs": outputs,
             "scores": tf.where(empty, 0.0, scores[:, 0]),
             "truncated": truncated,
         }
@@ -312,25 +252,12 @@ class Translator(tf.Module):
     @tf.function(input_signature=[opt.XLA_SHAPES])
     def xla_warmup(self, shapes):
         """With `xla`: compile the search for every row [P, C, S, K, W] of `shapes` (N, 5)
-        (`xla_search.warmup_shapes`) without decoding anything: {"shapes": `shapes`}, once
+        (`xla_shapes.warmup_shapes`) without decoding anything: {"shapes": `shapes`}, once
         every one is compiled. The export's warmup requests call it, so that a server has
         compiled them before it takes traffic."""
         if not self.xla:
             raise ValueError("xla_warmup needs a Translator(xla=True)")
-        d_model = self.model.config.d_model
-
-        def body(i):
-            batch, capacity, width, beam, prefix_width = tf.unstack(shapes[i])
-            source = tf.zeros([batch, width], tf.int32)
-            memory = tf.zeros([batch, width, d_model], self.model.compute_dtype)
-            cache = self.model.init_cache(memory, source, fixed_capacity=True)
-            done = self._segmented.compile_shape(cache, batch, beam, capacity, prefix_width)
-            with tf.control_dependencies(tf.nest.flatten(done)):
-                return i + 1
-
-        (count,) = tf.while_loop(lambda i: i < tf.shape(shapes)[0], body, (tf.constant(0),))
-        with tf.control_dependencies([count]):
-            return {"shapes": tf.identity(shapes)}
+        return {"shapes": xla_shapes.compile_shapes(self._segmented, self.model, shapes)}
 
     @tf.function(input_signature=opt.SCORE)
     def score(self, inputs, targets):
@@ -345,25 +272,11 @@ class Translator(tf.Module):
         """
         (targets,) = opt.checked(opt.assert_same_length(inputs, targets), targets)
         source, _, _, truncated = self._encode_inputs(inputs)
-        ids, target_truncated = self._cut_targets(targets)
-        batch = tf.shape(inputs)[0]
-        target_out = tf.concat([ids, tf.fill([batch, 1], EOS_ID)], axis=1).to_tensor()
-        target_in = tf.concat([tf.fill([batch, 1], BOS_ID), ids], axis=1).to_tensor()
-        logits, cross = self.model.forced_decode(source, target_in)
-        log_probs = tf.nn.log_softmax(logits)
-        real = target_out > 0
-        token_scores = tf.where(real, tf.gather(log_probs, target_out, batch_dims=2), 0.0)
-        attention = tf.reduce_mean(tf.cast(cross[self.attention_layer], tf.float32), axis=1)
-        pad = tf.logical_and(real[:, :, tf.newaxis], (source > 0)[:, tf.newaxis, :])
-        return {
-            "scores": tf.reduce_sum(token_scores, axis=1),
-            "token_scores": token_scores,
-            "target_tokens": self._pieces(target_out),
-            "source_tokens": self._pieces(source),
-            "attention": tf.where(pad, attention, 0.0),
-            "truncated": truncated,
-            "target_truncated": target_truncated,
-        }
+        ids, target_truncated = text.cut_targets(self.tokenizer, targets, self.max_output_length)
+        out = forced.forced_scores(self.model, source, ids, self.attention_layer)
+        out["target_tokens"] = text.pieces(self.tokenizer, out.pop("target_out"))
+        out["source_tokens"] = text.pieces(self.tokenizer, source)
+        return {**out, "truncated": truncated, "target_truncated": target_truncated}
 
     @tf.function(input_signature=opt.SAMPLE)
     def sample(self, inputs, temperature, top_k, top_p, seed):
@@ -382,5 +295,5 @@ class Translator(tf.Module):
             self._max_lengths(lengths, self.max_extra_length), EOS_ID, sampling,
             min_length=self._search_min_length,
         )  # fmt: skip
-        text = self._detokenize(ids[:, tf.newaxis], empty)[:, 0]
-        return {"outputs": text, "scores": tf.where(empty, 0.0, scores), "truncated": truncated}
+        outputs = self._detokenize(ids[:, tf.newaxis], empty)[:, 0]
+        return {"outputs": outputs, "scores": tf.where(empty, 0.0, scores), "truncated": truncated}

@@ -122,6 +122,27 @@ def _resolve_schedule(out: TrainSettings, args: TrainArgs, large: bool, batches_
         out.eval_every = min(steps, max(spe, int(math.ceil(steps / 10))))
 
 
+# Fine-tuning (--init-from): the source's weights are trained already, so the schedule adapts
+# them instead of training from scratch. A short warmup, 5% of the updates (rounded to
+# hundreds, 100 to 1000: fixed for short runs, as the recipe's, so a resumed run trains as
+# the longer run does), to a peak learning rate of FINE_TUNE_PEAK_LR, a third of OPUS-MT's
+# training rate (Marian's --learn-rate 0.0003), decaying as the paper's schedule after it.
+FINE_TUNE_PEAK_LR = 1e-4
+
+
+def fine_tune_schedule(out: TrainSettings, args: TrainArgs, d_model: int) -> None:
+    """The fine-tuning schedule of a run started from trained weights (`--init-from`), for
+    a model of width `d_model`: `out.warmup_steps` and `out.lr_scale` where the user set
+    neither (the paper's schedule peaks at lr_scale / sqrt(d_model x warmup)). A dry run
+    with no count of batches (train_steps None) is left as it is."""
+    if out.train_steps is None:
+        return
+    if args.warmup_steps is None:
+        out.warmup_steps = min(1000, max(100, int(round(0.05 * out.train_steps, -2))))
+    if args.lr_scale is None:
+        out.lr_scale = round(FINE_TUNE_PEAK_LR * math.sqrt(d_model * out.warmup_steps), 6)
+
+
 def split_update(out: TrainSettings, update_tokens: int, replicas: int) -> None:
     """Set `out.batch_tokens` (micro-batch) and `out.accum_steps` from the recipe's
     `update_tokens` per update. User values win: --batch-tokens alone is one micro-batch per
@@ -173,8 +194,10 @@ def replica_tokens(settings: TrainSettings, replicas: int) -> tuple[str, str | N
 
 __all__ = [
     "COUNTED",
+    "FINE_TUNE_PEAK_LR",
     "LARGE_CORPUS",
     "TOKENS_PER_REPLICA_FLOOR",
+    "fine_tune_schedule",
     "replica_tokens",
     "resolve",
     "split_update",

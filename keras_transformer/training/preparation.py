@@ -34,7 +34,7 @@ from keras_transformer.settings.args import (
     TrainSettings,
 )
 from keras_transformer.settings.plan import Plan
-from keras_transformer.settings.recipe import resolve
+from keras_transformer.settings.recipe import fine_tune_schedule, resolve
 from keras_transformer.settings.validation import check_resume
 from keras_transformer.training.fine_tune import Source
 from keras_transformer.training.strategy import chief_task
@@ -137,6 +137,8 @@ def new_settings(run_dir: Run, args: TrainArgs, train, replicas: int = 1):
         batches_per_pass=batch_counter(train, args, tokenizer_for),
         replicas=replicas,
     )
+    if source is not None:
+        fine_tune_schedule(settings, args, source.model.d_model)
     tokenizer = tokenizer_for(settings.vocab_size)
     if source is not None:
         model_config = source.model_config(settings.dropout_rate, settings.label_smoothing)
@@ -183,7 +185,10 @@ def planned_settings(run_dir: Run, args: TrainArgs, train, replicas: int = 1) ->
         source, args = Source.of(args)
         tokenizer = source.tokenizer()
         counter = batch_counter(train, args, lambda _: tokenizer)
-    return resolve(args, num_pairs=train.num_pairs, batches_per_pass=counter, replicas=replicas)
+    settings = resolve(args, num_pairs=train.num_pairs, batches_per_pass=counter, replicas=replicas)
+    if args.init_from is not None:
+        fine_tune_schedule(settings, args, source.model.d_model)
+    return settings
 
 
 def resumed_settings(run_dir: Run, args: TrainArgs) -> TrainSettings:

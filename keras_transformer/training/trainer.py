@@ -355,6 +355,7 @@ def make_bleu_callback(
 ) -> cb.BleuEvaluation:
     """Validation BLEU (the chief translates; every worker takes part in the stop decision)."""
     from keras_transformer.inference.translator import Translator
+    from keras_transformer.settings.decoding import DecodingOptions
 
     sources, references, translate = [], [], None
     if job.chief:
@@ -364,7 +365,8 @@ def make_bleu_callback(
         for src, tgt in pairs.as_numpy_iterator():
             sources.append(src.decode("utf-8"))
             references.append(tgt.decode("utf-8"))
-        translate = Translator(model.transformer, tokenizer, beam_size=settings.eval_beam_size)
+        options = DecodingOptions(beam_size=settings.eval_beam_size)
+        translate = Translator(model.transformer, tokenizer, options)
     return cb.BleuEvaluation(
         translate,
         sources,

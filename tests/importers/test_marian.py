@@ -15,26 +15,17 @@ from tests.importers import marian_fixture as mf
 DATA = os.path.join(os.environ.get("KT_DATA_DIR", "/work/shared/data"), "multi30k")
 
 
-@pytest.fixture(scope="module")
-def marian(tmp_path_factory):
-    root = tmp_path_factory.mktemp("opus")
-    vocab, weights, opts = mf.make_marian_dir(str(root / "marian"), DATA)
-    return str(root), vocab, weights, opts
-
-
 @pytest.mark.slow
-def test_imported_scores_and_greedy_equal_ctranslate2(marian):
+def test_imported_scores_and_greedy_equal_ctranslate2(marian, imported):
     import ctranslate2
     import sentencepiece as spm
     from ctranslate2.converters import MarianConverter
 
-    from keras_transformer.importers import import_model
     from keras_transformer.inference.translator import Translator
     from keras_transformer.run_dir import Run
 
     root, *_ = marian
     mdir = os.path.join(root, "marian")
-    run = import_model(mdir, os.path.join(root, "run"))
     npz = next(f for f in os.listdir(mdir) if f.endswith(".npz"))
     yml = os.path.join(mdir, "opus.spm32k-spm32k.vocab.yml")
     MarianConverter(os.path.join(mdir, npz), [yml, yml]).convert(os.path.join(root, "ct2"))
@@ -45,7 +36,7 @@ def test_imported_scores_and_greedy_equal_ctranslate2(marian):
     target_spm = spm.SentencePieceProcessor(model_file=os.path.join(mdir, "target.spm"))
     src_pieces = [source_spm.encode(s, out_type=str) for s in src]
     expected = reference.score_batch(src_pieces, [target_spm.encode(t, out_type=str) for t in tgt])
-    model, tokenizer = Run(run.model_dir).load_model()
+    model, tokenizer = Run(imported).load_model()
     translator = Translator(model, tokenizer, beam_size=1, alpha=0.0, stop_rule="top")
     out = translator.score(tf.constant(src), tf.constant(tgt))
     for j, result in enumerate(expected):
@@ -116,3 +107,55 @@ def test_bad_inputs_exit_2_with_one_line(marian, tmp_path):
         assert len(lines) == 1 and lines[0].startswith("kt-import: error: "), out.stderr
         assert message in lines[0], lines[0]
         assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
+def test_beam_4_equals_ctranslate2_or_finds_a_more_probable_translation(marian, imported):
+    """Beam 4 without length normalization on both sides (our alpha 0 with stop rule "top";
+    CTranslate2's length_penalty 0, whose early exit is that rule), on 48 Multi30k sentences.
+
+    The two searches keep the same alive beams (the 4 best non-eos of the 8 best extensions)
+    but differ by definition in one point: an eos ranked 5th to 8th joins our finished pool
+    (tensor2tensor's and Model Garden's rule) and is dropped by CTranslate2, which counts eos
+    among the 4 best only. So each of our translations is CTranslate2's, or one that
+    CTranslate2's own `score_batch` finds more probable. A translation stopped by the
+    maximum length (source pieces + 50: ours counts eos in it, CTranslate2 does not, and
+    `score_batch` appends one) is left out of the comparison."""
+    import ctranslate2
+    import sentencepiece as spm
+    from ctranslate2.converters import MarianConverter
+
+    from keras_transformer.inference.translator import Translator
+    from keras_transformer.run_dir import Run
+
+    root, *_ = marian
+    mdir, ct2 = os.path.join(root, "marian"), os.path.join(root, "ct2-beam")
+    npz = next(f for f in os.listdir(mdir) if f.endswith(".npz"))
+    yml = os.path.join(mdir, "opus.spm32k-spm32k.vocab.yml")
+    MarianConverter(os.path.join(mdir, npz), [yml, yml]).convert(ct2)
+    reference = ctranslate2.Translator(ct2, device="cpu")
+    src = mf.multi30k_lines(DATA, "en", 48, "val")
+    source_spm = spm.SentencePieceProcessor(model_file=os.path.join(mdir, "source.spm"))
+    src_pieces = [source_spm.encode(s, out_type=str) for s in src]
+    model, tokenizer = Run(imported).load_model()
+    translator = Translator(model, tokenizer, beam_size=4, alpha=0.0, stop_rule="top")
+    ids, scores, _, _ = translator.search(tf.constant(src), 4, num_best=1)
+    ours = [[tokenizer.vocab[i] for i in row[0] if i > 3] for row in ids.numpy()]
+    same = cut = 0
+    for j, pieces in enumerate(src_pieces):
+        (theirs,) = reference.translate_batch(
+            [pieces], beam_size=4, length_penalty=0, max_decoding_length=len(pieces) + 49
+        )
+        theirs = theirs.hypotheses[0]
+        if ours[j] == theirs:
+            same += 1
+            continue
+        if max(len(ours[j]), len(theirs)) >= len(pieces) + 48:
+            cut += 1  # stopped by the maximum length, which each counts its own way
+            continue
+        mine, its = reference.score_batch([pieces, pieces], [ours[j], theirs])
+        assert sum(mine.log_probs) > sum(its.log_probs), (j, ours[j], theirs)
+        np.testing.assert_allclose(sum(mine.log_probs), scores.numpy()[j, 0], atol=1e-3)
+    print(f"beam 4: {same} of {len(src)} identical to CTranslate2's, {cut} at the maximum length")
+    assert cut <= len(src) // 2  # the random model repeats itself; the others are compared
+    assert same > 0

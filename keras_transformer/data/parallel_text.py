@@ -1,0 +1,104 @@
+"""`ParallelText`: a corpus as `tf.data` of (source, target) string pairs, and the errors of
+bad input data.
+
+A corpus is read whole (`dataset`) or, for training, as contiguous pieces that every pass
+interleaves in an order of its own drawn from (seed, pass) (`ParallelText.epoch`). The
+sources that make one: `text_files` (local files), `multi30k`, `tfds_source`; `sources`
+dispatches on `--dataset`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import tensorflow as tf
+
+from keras_transformer.errors import KerasTransformerError
+
+
+class DataError(KerasTransformerError, ValueError):
+    """Bad or missing input data; the message names the file, line or flag."""
+
+
+class DataMissing(DataError):
+    """The corpus is not where it is looked for (a file not found, Multi30k not downloaded,
+    a TFDS dataset not prepared): `kt-train --dry-run` plans without it."""
+
+
+@dataclasses.dataclass
+class ParallelText:
+    """A dataset of (source, target) tf.string pairs and what was skipped to make it."""
+
+    dataset: tf.data.Dataset
+    description: str
+    num_pairs: int | None = None
+    skipped_empty: int = 0
+    skipped_invalid_utf8: int = 0
+    # Contiguous pieces of the corpus (with their sizes) that `epoch` interleaves in an order
+    # drawn from (seed, epoch); None: one piece, read in file order. `keep` filters them.
+    pieces: list[tf.data.Dataset] | None = None
+    piece_sizes: list[int] | None = None
+    keep: Callable[[tf.data.Dataset], tf.data.Dataset] | None = None
+    # `dataset` before `keep`: every one of the `num_pairs` pairs (a mixture counts them)
+    unfiltered: tf.data.Dataset | None = None
+    # `seek(i, k)`: piece i from its pair k on, without reading the pairs before it as
+    # tf.data elements (None: `pieces[i].skip(k)`)
+    seek: Callable[[int, int], tf.data.Dataset] | None = None
+
+    def epoch(
+        self, seed: int, epoch: int | tf.Tensor, filtered: bool = True, start: int | tf.Tensor = 0
+    ) -> tf.data.Dataset:
+        """Every pair once, in the order of pass `epoch`: the pieces interleaved at random
+        (stateless, from `seed` and `epoch`), each read front to back. With `filtered`
+        False, `keep` is not applied: exactly `num_pairs` pairs. From the pass's pair
+        `start` on (counted before `keep`): each piece skips, unread by anything after it,
+        the pairs of it that the order gives before `start` (a Python int `start`, in eager
+        mode: through `seek`, reading no pair before it as a tf.data element)."""
+        if not self.pieces:
+            data = self.dataset if filtered or self.unfiltered is None else self.unfiltered
+            return data.skip(tf.cast(start, tf.int64))
+        choice = tf.repeat(tf.range(len(self.pieces), dtype=tf.int64), self.piece_sizes)
+        pass_seed = tf.stack([tf.constant(seed, tf.int64), tf.cast(epoch, tf.int64)])
+        order = tf.random.experimental.stateless_shuffle(choice, seed=pass_seed)
+        before = drawn(order[: tf.cast(start, tf.int64)], len(self.pieces))
+        if isinstance(start, int) and tf.executing_eagerly():
+            seek = self.seek or (lambda i, k: self.pieces[i].skip(k))
+            pieces = [
+                seek(i, int(k)) if k else p
+                for i, (p, k) in enumerate(zip(self.pieces, before.numpy()))
+            ]
+        else:
+            pieces = [piece.skip(before[i]) for i, piece in enumerate(self.pieces)]
+        start = tf.cast(start, tf.int64)
+        pairs = tf.data.Dataset.choose_from_datasets(
+            pieces, tf.data.Dataset.from_tensor_slices(order[start:]), stop_on_empty_dataset=False
+        )
+        return self.keep(pairs) if self.keep and filtered else pairs
+
+    def passes(self, seed: int, start: int = 0) -> tf.data.Dataset:
+        """The endless stream of passes (pass p: `epoch(seed, p, filtered=False)`, exactly
+        `num_pairs` pairs), from its raw pair `start` (a Python int) on: the pass it falls in
+        is placed there by `epoch(..., start=)`, the later ones read from their starts."""
+        first, offset = divmod(start, self.num_pairs)
+        rest = tf.data.Dataset.counter(first + 1).flat_map(
+            lambda p: self.epoch(seed, p, filtered=False)
+        )
+        return self.epoch(seed, first, filtered=False, start=offset).concatenate(rest)
+
+    def report(self) -> str:
+        parts = [self.description]
+        if self.num_pairs is not None:
+            parts.append(f"{self.num_pairs} pairs")
+        if self.skipped_empty:
+            parts.append(f"skipped {self.skipped_empty} pairs with an empty line")
+        if self.skipped_invalid_utf8:
+            parts.append(f"skipped {self.skipped_invalid_utf8} pairs with invalid UTF-8")
+        return ", ".join(parts)
+
+
+def drawn(order: tf.Tensor, count: int) -> tf.Tensor:
+    """(count,) int64: how many times `order` (int64 indices < count) gives each index."""
+    return tf.math.bincount(
+        tf.cast(order, tf.int32), minlength=count, maxlength=count, dtype=tf.int64
+    )

@@ -17,7 +17,7 @@ from keras_transformer.optimization import paper_optimizer
 from keras_transformer.run_dir import Run
 from keras_transformer.settings.args import INITIAL_LOSS_SCALE, TrainSettings
 from keras_transformer.training import callbacks as cb
-from keras_transformer.training import ema
+from keras_transformer.training import ema, layout
 from keras_transformer.training.job import Job
 from keras_transformer.training.step import TrainingModel
 
@@ -56,7 +56,7 @@ def training_checkpoint(model: TrainingModel, progress: cb.BleuProgress) -> tf.t
         data_position=model.data_position,
         data_next=model.data_next,
         rng=seed_states(model.transformer),
-        **({"replica_next": model.replica_next} if model.replica_next is not None else {}),
+        **layout.checkpoint_items(model),
         bleu=progress,
         **ema.checkpoint_items(model.optimizer),
     )
@@ -76,7 +76,7 @@ def restore(shared: Run, checkpoint, model, bleu, metrics) -> bool:
         metrics.resume(restored=False)
         return False
     try:
-        checkpoint.restore(paths[-1]).assert_existing_objects_matched()
+        layout.restore(checkpoint, paths[-1], model)  # another layout: re-sharded
     except (AssertionError, ValueError, tf.errors.OpError) as err:
         # the half-restored checkpoint lists its unrestored values when it is deleted at exit:
         # the one-line error below says what matters

@@ -14,7 +14,8 @@ with `LabelSmoothedCrossEntropy` it trains with Keras' own `fit` (the notebooks 
   `data_next` is the stream position (pass and batch in the pass) of the next batch to
   read, taken from the positions that training batches carry, which is where a resumed run
   restarts its data (multi-worker: `replica_next`, the next position of every replica, as
-  each worker reads a stream of its own).
+  each worker reads a stream of its own; `input_workers`, their number: training.layout
+  resumes under another layout).
 
 The workarounds for Keras internals that the step needs (`_agree_on_finite`,
 `_maybe_symbolic_build`, the reshape in `_record_loss`) are here, each with the reason.
@@ -103,6 +104,16 @@ class TrainingModel(keras.Model):
                 trainable=False,
                 aggregation="only_first_replica",
                 name="replica_next",
+            )
+            # the number of worker streams those positions belong to (training.layout)
+            workers = strategy.num_replicas_in_sync // len(strategy.extended.worker_devices)
+            self.input_workers = self.add_weight(
+                shape=(),
+                dtype="int64",
+                initializer=keras.initializers.Constant(workers),
+                trainable=False,
+                aggregation="only_first_replica",
+                name="input_workers",
             )
         if not model.built:
             model.build()

@@ -79,14 +79,19 @@ def make_strategy(name: str) -> tf.distribute.Strategy:
     """default | one_device | mirrored (all GPUs, else all logical CPUs) | multi_worker | tpu."""
     if name not in STRATEGIES:
         raise StrategyError(f"unknown --strategy {name!r}; choose from {', '.join(STRATEGIES)}")
+    check_strategy(name)
     if name == "default":
         return tf.distribute.get_strategy()
     if name == "multi_worker":  # before anything that starts the runtime (collectives)
         tf_config()
         job_task(os.environ["TF_CONFIG"])
-        return tf.distribute.MultiWorkerMirroredStrategy(
+        strategy = tf.distribute.MultiWorkerMirroredStrategy(
             communication_options=communication_options()
         )
+        from keras_transformer.training.startup import check_same_layout
+
+        check_same_layout(strategy)  # before the first collective: one line, not a hang
+        return strategy
     gpus = tf.config.list_logical_devices("GPU")
     if name == "one_device":
         return tf.distribute.OneDeviceStrategy(gpus[0].name if gpus else "/cpu:0")
@@ -98,10 +103,31 @@ def make_strategy(name: str) -> tf.distribute.Strategy:
                 len(devices), "" if len(devices) == 1 else "s",
             )  # fmt: skip
         return tf.distribute.MirroredStrategy(devices=devices)
-    resolver = tf.distribute.cluster_resolver.TPUClusterResolver()
+    try:
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver()
+    except (ValueError, RuntimeError, tf.errors.OpError) as err:
+        raise StrategyError(f"--strategy tpu: no TPU found ({err})") from None
     tf.config.experimental_connect_to_cluster(resolver)
     tf.tpu.experimental.initialize_tpu_system(resolver)
     return tf.distribute.TPUStrategy(resolver)
+
+
+def check_strategy(name: str) -> None:
+    """--strategy against the job, before anything is built: a TF_CONFIG cluster of several
+    tasks needs `multi_worker` (under any other strategy every task trains alone, each
+    writing the same --model-dir)."""
+    if name == "multi_worker" or not os.environ.get("TF_CONFIG"):
+        return
+    try:
+        cluster = json.loads(os.environ["TF_CONFIG"]).get("cluster") or {}
+        tasks = len(cluster.get("chief") or []) + len(cluster.get("worker") or [])
+    except (json.JSONDecodeError, AttributeError, TypeError):
+        return  # not a cluster this strategy would use
+    if tasks > 1:
+        raise StrategyError(
+            f"--strategy {name}: TF_CONFIG names a job of {tasks} tasks; give --strategy "
+            "multi_worker (or unset TF_CONFIG to train on this machine alone)"
+        )
 
 
 def tf_config() -> dict:

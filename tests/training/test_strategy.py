@@ -10,7 +10,12 @@ import tensorflow as tf
 
 import keras_transformer as kt
 from keras_transformer.training.step import TrainingModel
-from keras_transformer.training.strategy import StrategyError, make_strategy, set_precision
+from keras_transformer.training.strategy import (
+    StrategyError,
+    check_strategy,
+    make_strategy,
+    set_precision,
+)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -257,3 +262,24 @@ def test_the_tfjob_manifest_gives_one_chief_that_kt_train_recognizes():
     assert [(t["type"], t["index"]) for t in tasks if t["chief"]] == [("chief", 0)]
     with pytest.raises(StrategyError, match="not in its cluster"):
         job_task(json.dumps({"cluster": cluster, "task": {"type": "worker", "index": 2}}))
+
+
+def test_a_strategy_other_than_multi_worker_in_a_cluster_stops_up_front(monkeypatch):
+    """TF_CONFIG naming a job of several tasks with --strategy mirrored (every task would
+    train alone into the same --model-dir): StrategyError naming the flag and the task
+    count, before a strategy is built; one task, or multi_worker, passes."""
+    cluster = {"chief": ["h:1"], "worker": ["h:2", "h:3"]}
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": cluster, "task": {"type": "chief"}}))
+    for name in ("default", "one_device", "mirrored", "tpu"):
+        with pytest.raises(StrategyError, match=f"--strategy {name}: .* a job of 3 tasks"):
+            make_strategy(name)
+    check_strategy("multi_worker")
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": {"worker": ["h:1"]}}))
+    check_strategy("mirrored")
+
+
+def test_tpu_without_a_tpu_is_one_line(monkeypatch):
+    """--strategy tpu on a machine without one: StrategyError, not TensorFlow's ValueError."""
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    with pytest.raises(StrategyError, match="--strategy tpu: no TPU found"):
+        make_strategy("tpu")

@@ -117,6 +117,7 @@ class SegmentedSearch:
         per = self._options(
             tf.zeros([batch], tf.int32), tf.zeros([batch], tf.int32), beam_size, 0.0,
             tf.fill([batch, prefix_width - 1], -1), None, beam.STOP_EXACT,
+            beam.FINISH_TENSOR2TENSOR,  # a value per sentence: the same compilation either way
         )  # fmt: skip
         del per["index"]
         special, sentence, rest = self._tiled(cache, beam_size, capacity)

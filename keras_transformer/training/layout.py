@@ -92,12 +92,17 @@ def restore(checkpoint: tf.train.Checkpoint, path: str, model) -> None:
     saved, current = saved_layout(reader), model_layout(model)
     keys = reader.get_variable_to_shape_map()
     same = same_stream(saved, current)
+    if same and all(_key(name) in keys for name in PER_REPLICA if name in vars(checkpoint)):
+        checkpoint.restore(path).assert_existing_objects_matched()  # the ordinary resume
+        return
     # restored through a checkpoint without the state of another layout (and what the file
     # lacks); not by detaching it from `checkpoint`: re-attached, it would be restored then
     left_out = {name for name in PER_REPLICA if not same or _key(name) not in keys}
     children = {k: v for k, v in vars(checkpoint).items() if not k.startswith("_")}
     partial = tf.train.Checkpoint(**{k: v for k, v in children.items() if k not in left_out})
     status = partial.restore(path).assert_existing_objects_matched()
+    # `partial` has a save counter of its own: the run's continues from the checkpoint's
+    checkpoint.save_counter.assign(reader.get_tensor("save_counter/.ATTRIBUTES/VARIABLE_VALUE"))
     if left_out:
         status.expect_partial()  # the values left out are not restored, by design
     if same:

@@ -62,7 +62,10 @@ class ProgressWatchdog(keras.callbacks.Callback):
                     EXIT_CODE,
                 )
                 for handler in logging.getLogger("keras_transformer").handlers:
-                    handler.flush()
+                    try:
+                        handler.flush()
+                    except (OSError, ValueError):  # a closed stream must not keep us alive
+                        pass
                 self.exit(EXIT_CODE)
                 return
 

@@ -109,6 +109,22 @@ def test_bad_inputs_exit_2_with_one_line(marian, tmp_path):
         assert not (tmp_path / "run").exists()
 
 
+def ctranslate2_reference(marian, name):
+    """The Marian model converted by CTranslate2's own converter into `name` under the
+    fixture's folder: (a ctranslate2.Translator on it, the model's source SentencePiece)."""
+    import ctranslate2
+    import sentencepiece as spm
+    from ctranslate2.converters import MarianConverter
+
+    root, *_ = marian
+    mdir, ct2 = os.path.join(root, "marian"), os.path.join(root, name)
+    npz = next(f for f in os.listdir(mdir) if f.endswith(".npz"))
+    yml = os.path.join(mdir, "opus.spm32k-spm32k.vocab.yml")
+    MarianConverter(os.path.join(mdir, npz), [yml, yml]).convert(ct2)
+    source_spm = spm.SentencePieceProcessor(model_file=os.path.join(mdir, "source.spm"))
+    return ctranslate2.Translator(ct2, device="cpu"), source_spm
+
+
 @pytest.mark.slow
 def test_beam_4_equals_ctranslate2_or_finds_a_more_probable_translation(marian, imported):
     """Beam 4 without length normalization on both sides (our alpha 0 with stop rule "top";
@@ -121,21 +137,12 @@ def test_beam_4_equals_ctranslate2_or_finds_a_more_probable_translation(marian, 
     CTranslate2's own `score_batch` finds more probable. A translation stopped by the
     maximum length (source pieces + 50: ours counts eos in it, CTranslate2 does not, and
     `score_batch` appends one) is left out of the comparison."""
-    import ctranslate2
-    import sentencepiece as spm
-    from ctranslate2.converters import MarianConverter
 
     from keras_transformer.inference.translator import Translator
     from keras_transformer.run_dir import Run
 
-    root, *_ = marian
-    mdir, ct2 = os.path.join(root, "marian"), os.path.join(root, "ct2-beam")
-    npz = next(f for f in os.listdir(mdir) if f.endswith(".npz"))
-    yml = os.path.join(mdir, "opus.spm32k-spm32k.vocab.yml")
-    MarianConverter(os.path.join(mdir, npz), [yml, yml]).convert(ct2)
-    reference = ctranslate2.Translator(ct2, device="cpu")
+    reference, source_spm = ctranslate2_reference(marian, "ct2-beam")
     src = mf.multi30k_lines(DATA, "en", 48, "val")
-    source_spm = spm.SentencePieceProcessor(model_file=os.path.join(mdir, "source.spm"))
     src_pieces = [source_spm.encode(s, out_type=str) for s in src]
     model, tokenizer = Run(imported).load_model()
     translator = Translator(model, tokenizer, beam_size=4, alpha=0.0, stop_rule="top")
@@ -171,21 +178,12 @@ def test_the_ctranslate2_finish_rule_gives_ctranslate2s_beam_4_translations(
     those stopped by the maximum length included (the same number of steps on both sides:
     CTranslate2's max_decoding_length is our maximum length, eos included), and its score;
     the default rule does not (some eos ranked 5th to 8th finish there)."""
-    import ctranslate2
-    import sentencepiece as spm
-    from ctranslate2.converters import MarianConverter
 
     from keras_transformer.inference.translator import Translator
     from keras_transformer.run_dir import Run
 
-    root, *_ = marian
-    mdir, ct2 = os.path.join(root, "marian"), os.path.join(root, f"ct2-finish-{stop_rule}")
-    npz = next(f for f in os.listdir(mdir) if f.endswith(".npz"))
-    yml = os.path.join(mdir, "opus.spm32k-spm32k.vocab.yml")
-    MarianConverter(os.path.join(mdir, npz), [yml, yml]).convert(ct2)
-    reference = ctranslate2.Translator(ct2, device="cpu")
+    reference, source_spm = ctranslate2_reference(marian, f"ct2-finish-{stop_rule}")
     src = mf.multi30k_lines(DATA, "en", 48, "val")
-    source_spm = spm.SentencePieceProcessor(model_file=os.path.join(mdir, "source.spm"))
     model, tokenizer = Run(imported).load_model()
     theirs = []
     for s in src:

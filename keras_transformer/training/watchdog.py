@@ -9,7 +9,9 @@ peer died or hangs and a collective waits for it), it logs one line and ends the
 with status 1, so the scheduler restarts the job from its last checkpoint instead of
 leaving it hung. The chief's validation BLEU reports no progress while it translates:
 the timeout must be longer than one evaluation (as TensorFlow's was: the other workers wait
-for the chief's decision to stop in a collective).
+for the chief's decision to stop in a collective). The clock starts when the first training
+batch ends: that batch traces the step (and compiles it under XLA), which takes minutes for a
+big model and is not a hang; a peer lost before it is not caught.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ class ProgressWatchdog(keras.callbacks.Callback):
     """Ends the process when training makes no progress for `timeout` seconds.
 
     Args:
-        timeout: seconds without a batch or an epoch boundary.
+        timeout: seconds without a batch or an epoch boundary, counted from the end of the
+            first training batch (tracing and compilation are not timed).
         exit: called with the exit status when the time is up (default `os._exit`: the main
             thread is blocked in a collective, no exception would reach it).
     """
@@ -38,21 +41,26 @@ class ProgressWatchdog(keras.callbacks.Callback):
     def __init__(self, timeout: float, exit=os._exit):
         super().__init__()
         self.timeout, self.exit = float(timeout), exit
-        self.last = time.monotonic()
+        self.last = None  # armed by the first training batch's end
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self._watch, name="progress-watchdog", daemon=True)
         self.thread.start()
 
-    def beat(self, *args, **kwargs) -> None:
-        """Progress: the clock starts again."""
+    def on_train_batch_end(self, *args, **kwargs) -> None:
+        """Progress; the first one arms the watchdog."""
         self.last = time.monotonic()
 
-    on_train_begin = on_epoch_begin = on_epoch_end = on_train_batch_end = beat
-    on_test_begin = on_test_batch_end = on_test_end = beat
+    def beat(self, *args, **kwargs) -> None:
+        """Progress once armed: the clock starts again."""
+        if self.last is not None:
+            self.last = time.monotonic()
+
+    on_epoch_begin = on_epoch_end = on_test_begin = on_test_batch_end = on_test_end = beat
 
     def _watch(self) -> None:
         while not self.stopping.wait(min(self.timeout / 4, 5.0)):
-            idle = time.monotonic() - self.last
+            last = self.last
+            idle = 0.0 if last is None else time.monotonic() - last
             if idle > self.timeout:
                 logger.error(
                     "no training progress in %.0f s (--collective-timeout %g): a peer is "

@@ -58,9 +58,9 @@ def test_sigint_to_one_worker_saves_everywhere_and_exits_130(tmp_path, multi30k_
 def test_sigkill_of_a_worker_ends_the_job_and_a_restart_resumes(tmp_path, multi30k_dir):
     """SIGKILL of worker 1 of two once the chief logged step 4 (checkpoints every 2 steps):
     the chief, blocked in a collective, exits non-zero within --collective-timeout plus a
-    margin instead of hanging (40 s: 15 s did not outlast the first step's tracing on two
-    busy cores); the same command on both workers then resumes from the last checkpoint
-    and ends the run."""
+    margin instead of hanging (the clock starts after the first batch: a 40 s clock that
+    counted the first step's tracing ended a healthy job on CI); the same command on both
+    workers then resumes from the last checkpoint and ends the run."""
     steps = ["--train-steps", "10", "--steps-per-epoch", "10", "--checkpoint-every", "2",
              "--collective-timeout", "40"]  # fmt: skip
     command = train_cmd(tmp_path / "job", multi30k_dir, *JOB, *steps)

@@ -33,7 +33,7 @@ class Job:
     @classmethod
     def start(cls, model_dir: str, strategy_name: str) -> Job:
         # first: collective ops are set up at startup
-        strategy = make_strategy(strategy_name)
+        strategy = make_strategy(strategy_name, model_dir)
         task = None if is_chief(strategy) else strategy.cluster_resolver.task_id
         return cls(strategy, task, Run(model_dir))
 

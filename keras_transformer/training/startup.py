@@ -5,12 +5,16 @@ device count than its workers (a common TFJob template) hangs or crashes at the 
 collective. Right after the strategy is built, before any variable (the first collective),
 every task publishes its layout (local devices, collective implementation) in TensorFlow's
 coordination service and reads every other task's; when they differ, every task stops
-with one line naming the chief's layout and the first task that differs.
+with one line naming the chief's layout and the first task that differs. The run directory
+too: the chief writes a token in `--model-dir`, every other task reads it there; a task that
+cannot (a node-local directory, another volume) is named, instead of waiting hours for a
+config.json it will never see (--worker-wait).
 """
 
 from __future__ import annotations
 
 import json
+import uuid
 
 import tensorflow as tf
 
@@ -18,6 +22,7 @@ from keras_transformer.errors import KerasTransformerError
 
 STARTUP_TIMEOUT_S = 60  # a task's layout must be published within this (they start together)
 _KEY = "kt_startup_layout"
+PROBE_FILE = ".kt-startup"  # the chief writes a token here; every task must read it
 
 
 class LayoutMismatch(KerasTransformerError, ValueError):
@@ -44,8 +49,12 @@ def describe(layout: dict) -> str:
     return f"{devices} device{'' if devices == 1 else 's'} ({layout['collectives']} collectives)"
 
 
-def check_same_layout(strategy, layout: dict | None = None, timeout_s=STARTUP_TIMEOUT_S) -> None:
-    """Raise LayoutMismatch (on every task) when a task's layout differs from the chief's.
+def check_same_layout(
+    strategy, layout: dict | None = None, timeout_s=STARTUP_TIMEOUT_S, model_dir=None
+) -> None:
+    """Raise LayoutMismatch (on every task) when a task's layout differs from the chief's,
+    or when a task cannot see the run directory the chief writes (`model_dir`: the chief
+    writes a token in its start-up file there; a task that does not read it is named).
 
     `layout`: this task's (default `local_layout(strategy)`; a test gives another). A task
     that publishes nothing within `timeout_s` is named in the error."""
@@ -53,29 +62,77 @@ def check_same_layout(strategy, layout: dict | None = None, timeout_s=STARTUP_TI
 
     context = tf_context.context()
     resolver = strategy.cluster_resolver
-    layout = layout or local_layout(strategy)
-    context.set_config_key_value(
-        f"{_KEY}/{resolver.task_type}:{resolver.task_id}", json.dumps(layout, sort_keys=True)
-    )
-    layouts = {}
-    for task in task_names(resolver):
-        try:
-            value = context.get_config_key_value(f"{_KEY}/{task}", int(timeout_s * 1000))
-        except tf.errors.OpError:
-            raise LayoutMismatch(
-                f"multi_worker start-up: task {task} did not report its devices within "
-                f"{timeout_s} s (is it running, with the same TF_CONFIG cluster?)"
-            ) from None
-        layouts[task] = json.loads(value)
+    tasks, me = task_names(resolver), f"{resolver.task_type}:{resolver.task_id}"
+    layout = dict(layout or local_layout(strategy))
+    if me == tasks[0]:  # the chief: its start-up file first, then its layout
+        layout["run_dir"] = write_probe(model_dir)
+    else:
+        layout["run_dir"] = read_probe(model_dir, read_layout(context, tasks[0], timeout_s))
+    context.set_config_key_value(f"{_KEY}/{me}", json.dumps(layout, sort_keys=True))
+    layouts = {task: read_layout(context, task, timeout_s) for task in tasks}
     try:  # nobody exits (the chief holds the service) before every task has read
         context.wait_at_barrier(f"{_KEY}_read", int(timeout_s * 1000))
     except tf.errors.OpError:
         pass  # a task gone already: the comparison below stands on what was read
+    if me == tasks[0] and model_dir is not None:
+        tf.io.gfile.remove(probe_path(model_dir))
+    compare(layouts, model_dir)
+
+
+def read_layout(context, task: str, timeout_s) -> dict:
+    """The layout `task` published, waiting up to `timeout_s`."""
+    try:
+        value = context.get_config_key_value(f"{_KEY}/{task}", int(timeout_s * 1000))
+    except tf.errors.OpError:
+        raise LayoutMismatch(
+            f"multi_worker start-up: task {task} did not report its devices within "
+            f"{timeout_s} s (is it running, with the same TF_CONFIG cluster?)"
+        ) from None
+    return json.loads(value)
+
+
+def probe_path(model_dir: str) -> str:
+    return f"{model_dir.rstrip('/')}/{PROBE_FILE}"
+
+
+def write_probe(model_dir) -> str | None:
+    """The chief: a new token in `model_dir`'s start-up file (None without a directory)."""
+    if model_dir is None:
+        return None
+    token = uuid.uuid4().hex
+    tf.io.gfile.makedirs(model_dir)
+    with tf.io.gfile.GFile(probe_path(model_dir), "w") as handle:
+        handle.write(token)
+    return token
+
+
+def read_probe(model_dir, chief: dict) -> str | None:
+    """A worker: the token it reads in its `model_dir`'s start-up file (None: no file)."""
+    if model_dir is None or chief.get("run_dir") is None:
+        return chief.get("run_dir")
+    try:
+        with tf.io.gfile.GFile(probe_path(model_dir)) as handle:
+            return handle.read()
+    except tf.errors.OpError:  # not found, not readable: not the chief's directory
+        return None
+
+
+def compare(layouts: dict, model_dir) -> None:
+    """LayoutMismatch naming the first task that differs from the chief (the first task)."""
     chief, *others = layouts
+    devices = {task: {k: v for k, v in layouts[task].items() if k != "run_dir"} for task in layouts}
     for task in others:
-        if layouts[task] != layouts[chief]:
+        if devices[task] != devices[chief]:
             raise LayoutMismatch(
                 f"multi_worker: the chief {chief} has {describe(layouts[chief])}, {task} has "
                 f"{describe(layouts[task])}: every task of the job needs the same devices "
                 "(a TFJob's chief and worker templates alike)"
+            )
+    for task in others:
+        if layouts[task]["run_dir"] != layouts[chief]["run_dir"]:
+            raise LayoutMismatch(
+                f"multi_worker: {task} cannot see the run directory the chief {chief} writes "
+                f"(--model-dir {model_dir}: the chief's start-up file is not there for it): "
+                "every task needs --model-dir on storage they all share (a bucket, a shared "
+                "volume)"
             )

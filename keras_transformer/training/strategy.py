@@ -75,8 +75,11 @@ def communication_options():
     )
 
 
-def make_strategy(name: str) -> tf.distribute.Strategy:
-    """default | one_device | mirrored (all GPUs, else all logical CPUs) | multi_worker | tpu."""
+def make_strategy(name: str, model_dir: str | None = None) -> tf.distribute.Strategy:
+    """default | one_device | mirrored (all GPUs, else all logical CPUs) | multi_worker | tpu.
+
+    multi_worker: every task checks at start that it has the chief's devices and sees the
+    chief's `model_dir` (the run directory)."""
     if name not in STRATEGIES:
         raise StrategyError(f"unknown --strategy {name!r}; choose from {', '.join(STRATEGIES)}")
     check_strategy(name)
@@ -90,7 +93,7 @@ def make_strategy(name: str) -> tf.distribute.Strategy:
         )
         from keras_transformer.training.startup import check_same_layout
 
-        check_same_layout(strategy)  # before the first collective: one line, not a hang
+        check_same_layout(strategy, model_dir=model_dir)  # before the first collective
         return strategy
     gpus = tf.config.list_logical_devices("GPU")
     if name == "one_device":

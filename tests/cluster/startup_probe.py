@@ -1,7 +1,9 @@
 """Run as a script by one task of a local multi-worker job (TF_CONFIG set by the test):
 build the strategy kt-train builds without its start-up check, then run the check with
 the device count given for this task's type (argv: chief=N worker=M), as a GPU job whose
-chief and workers differ would have; a mismatch ends as kt-train ends (one line, exit 2)."""
+chief and workers differ would have, and the run directory given for it (argv:
+dir_chief=PATH dir_worker=PATH; none: no directory check); a mismatch ends as kt-train ends
+(one line, exit 2)."""
 
 import json
 import os
@@ -19,7 +21,8 @@ devices = dict(arg.split("=") for arg in sys.argv[1:])
 strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=communication_options())
 kind = json.loads(os.environ["TF_CONFIG"])["task"]["type"]
 try:
-    check_same_layout(strategy, {**local_layout(strategy), "devices": int(devices[kind])})
+    layout = {**local_layout(strategy), "devices": int(devices[kind])}
+    check_same_layout(strategy, layout, model_dir=devices.get(f"dir_{kind}"))
 except KerasTransformerError as err:
     print(f"kt-train: error: {err}", file=sys.stderr)
     sys.exit(2)

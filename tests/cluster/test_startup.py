@@ -33,18 +33,40 @@ def outcomes(tasks, timeout):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("chief, worker", [(4, 8), (1, 1)])
-def test_a_chief_with_another_device_count_stops_every_task_in_one_line(chief, worker):
+def test_a_chief_with_another_device_count_stops_every_task_in_one_line(tmp_path, chief, worker):
     """{chief, worker x2}, the chief with `chief` devices, the workers `worker`: different,
     every task exits 2 within 60 s with one line naming the chief's count and a worker's;
     the same, every task passes the check."""
     start = time.time()
     command = [sys.executable, PROBE, f"chief={chief}", f"worker={worker}"]
+    if chief == worker:  # and one shared run directory: the directory check passes
+        command += [f"dir_chief={tmp_path}", f"dir_worker={tmp_path}"]
     done = outcomes(start_job(("chief", "worker", "worker"), command), timeout=90)
     assert time.time() - start < 60
     for out in done.values():
         if chief == worker:
             assert out.returncode == 0 and b"same layout" in out.stdout, out.stderr[-2000:]
+            assert os.listdir(tmp_path) == []  # the chief removed its start-up file
             continue
         assert_clean_failure(
             out, "kt-train", ["chief chief:0 has 4 devices", "worker:0 has 8 devices"]
+        )
+
+
+@pytest.mark.slow
+def test_a_run_directory_only_the_chief_sees_stops_every_task_in_one_line(tmp_path):
+    """{chief, worker x2}, the workers given a --model-dir that is not the chief's (a
+    node-local directory): every task exits 2 within 60 s, in one line naming the first
+    worker and the directory, instead of the workers waiting hours for config.json."""
+    start = time.time()
+    chief_dir, worker_dir = tmp_path / "chief", tmp_path / "node-local"
+    command = [sys.executable, PROBE, "chief=1", "worker=1"]
+    command += [f"dir_chief={chief_dir}", f"dir_worker={worker_dir}"]
+    done = outcomes(start_job(("chief", "worker", "worker"), command), timeout=90)
+    assert time.time() - start < 60
+    for out in done.values():
+        assert_clean_failure(
+            out,
+            "kt-train",
+            ["worker:0 cannot see the run directory", "chief chief:0", "--model-dir"],
         )

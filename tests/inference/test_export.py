@@ -941,14 +941,22 @@ def test_translate_samples_and_completes_prefixes(exported, tmp_path):
 
 
 def test_translate_replaces_invalid_utf8_on_stdin_as_in_files(exported, tmp_path):
+    """Invalid UTF-8 is replaced on stdin as in a file; and (the kt-translate part of
+    test_commands_report_the_inputs_cut_on_stderr, on the same runs) a 700-word line does
+    not fit the model's 64 positions: kt-translate says how many inputs were cut."""
     _, _, path = exported
-    raw = b"caf\xc3 \xff broken\nA dog.\n"
+    long = " ".join(["word"] * 700)
+    raw = ("\n".join([*SENTENCES, long]) + "\n").encode() + b"caf\xc3 \xff broken\nA dog.\n"
+    n = len(SENTENCES) + 3
     (tmp_path / "in.txt").write_bytes(raw)
     argv = ["-m", "keras_transformer.cli.translate", "--model", path]
     from_stdin = run_module(*argv, input=raw.decode("latin-1"), encoding="latin-1")
     from_file = run_module(*argv, "--input", str(tmp_path / "in.txt"), check=True)
     assert from_stdin.returncode == 0, from_stdin.stderr
     assert from_stdin.stdout.encode("latin-1").decode("utf-8") == from_file.stdout
+    note = f"warning: 1 of {n} inputs were longer than the export's limit"
+    assert f"kt-translate: {note}" in from_file.stderr
+    assert len(from_file.stdout.splitlines()) == n
 
 
 def test_client_fills_per_sentence_vectors_with_the_librarys_defaults():
@@ -1002,16 +1010,14 @@ def test_tokenization_is_pinned_to_the_cpu_in_the_graph(exported):
 
 
 def test_commands_report_the_inputs_cut_on_stderr(exported, tmp_path):
-    """A 700-word line does not fit the model's 64 positions: kt-translate, kt-evaluate and
-    kt-score say how many inputs were cut (one line on stderr), and kt-evaluate's JSON too."""
+    """A 700-word line does not fit the model's 64 positions: kt-evaluate and kt-score say
+    how many inputs were cut (one line on stderr), and kt-evaluate's JSON too (kt-translate:
+    test_translate_replaces_invalid_utf8_on_stdin_as_in_files)."""
     _, _, path = exported
     src = tmp_path / "in.txt"
     src.write_text("\n".join([*SENTENCES, " ".join(["word"] * 700)]) + "\n")
     n = len(SENTENCES) + 1
     note = f"warning: 1 of {n} inputs were longer than the export's limit"
-    out = run_module("-m", "keras_transformer.cli.translate", "--model", path, "--input", str(src))
-    assert out.returncode == 0 and f"kt-translate: {note}" in out.stderr
-    assert len(out.stdout.splitlines()) == n
     out = run_module(
         "-m", "keras_transformer.cli.evaluate", "--model", path, "--src", str(src),
         "--ref", str(src), "--beam-size", "1",

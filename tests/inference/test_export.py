@@ -9,6 +9,7 @@ import tensorflow as tf
 
 from keras_transformer import config
 from keras_transformer.config import BOS_ID, EOS_ID
+from keras_transformer.inference.agreement import REPORT_FILE
 from keras_transformer.inference.export import (
     AVERAGE_LAST,
     ExportError,
@@ -96,6 +97,39 @@ def exported(tmp_path_factory, multi30k_dir):
     return run, str(base / "exports"), path
 
 
+@pytest.fixture(scope="module")
+def trained(exported):
+    """(model, tokenizer, translator): the exported run's weights loaded once, and
+    `translator(**settings)`, the Translator of those settings built once (a Translator traces
+    its search on first use; the tests below compare the export with the same ones)."""
+    model, tokenizer, _ = load_trained(exported[0], average_last=AVERAGE_LAST)
+    built = {}
+
+    def translator(**settings):
+        key = tuple(sorted(settings.items()))
+        if key not in built:
+            built[key] = Translator(model, tokenizer, **settings)
+        return built[key]
+
+    return model, tokenizer, translator
+
+
+@pytest.fixture(scope="module")
+def session(exported, trained):
+    """The TF1 session's answers to the requests of every test below, from one fresh process
+    (one load of the SavedModel, not one per test): {"signatures": ..., group: [results]},
+    a group's results in the order of its requests (REQUESTS)."""
+    path = exported[2]
+    groups = {name: make(path, trained) for name, make in REQUESTS.items()}
+    answer = tf1_session(path, [r for requests in groups.values() for r in requests])
+    found, start = {"signatures": answer["signatures"]}, 0
+    for name, requests in groups.items():
+        found[name] = answer["results"][start : start + len(requests)]
+        start += len(requests)
+    assert start == len(answer["results"])
+    return found
+
+
 def modes(root):
     """{path relative to root: permission bits} of every directory and file under root."""
     found = {}
@@ -137,6 +171,9 @@ def test_layout(exported):
     with open(os.path.join(export_dir, "models.config")) as handle:
         config = handle.read()
     assert config == models_config("transformer", "/models/transformer")
+    # without agreement sentences (export_run's default), the report says why
+    with open(os.path.join(path, "assets.extra", REPORT_FILE)) as handle:
+        assert json.load(handle) == {"sentences": 0, "skipped": "--agreement-sentences 0"}
 
 
 OTHER_MODELS = """model_config_list {
@@ -230,18 +267,23 @@ def test_two_concurrent_exports_keep_their_own_files(exported, tmp_path):
     )
 
 
-def test_next_version_and_no_overwrite(exported):
+def test_no_overwrite(exported):
+    """An existing version is refused (before anything is written); the next version by
+    default: test_export_cli_merges_models_config_and_says_what_it_wrote."""
     run, export_dir, _ = exported
-    second = export_run(run, export_dir, max_extra_length=10, beam_size=1)
-    assert second.endswith(os.path.join("transformer", "2"))
     with pytest.raises(ExportError, match="already exists"):
         export_run(run, export_dir, version=1)
 
 
-def test_tf1_session_in_a_fresh_process_matches_the_translator(exported):
-    run, _, path = exported
-    weird = ["", "   ", "caf\xc3 \xff broken", " ".join(["word"] * 700)]  # latin-1 -> raw bytes
-    result = tf1_session(path, [{"inputs": SENTENCES}, {"inputs": weird}, {"inputs": []}])
+WEIRD = ["", "   ", "caf\xc3 \xff broken", " ".join(["word"] * 700)]  # latin-1 -> raw bytes
+
+
+def fresh_process_requests(path, trained=None):
+    return [{"inputs": SENTENCES}, {"inputs": WEIRD}, {"inputs": []}]
+
+
+def test_tf1_session_in_a_fresh_process_matches_the_translator(trained, session):
+    result = {"signatures": session["signatures"], "results": session["fresh_process"]}
     assert result["signatures"]["serving_default"] == {
         "inputs": ["inputs"],
         "outputs": ["outputs", "scores", "truncated"],
@@ -272,8 +314,7 @@ def test_tf1_session_in_a_fresh_process_matches_the_translator(exported):
         "inputs": ["inputs", "seed", "temperature", "top_k", "top_p"],
         "outputs": ["outputs", "scores", "truncated"],
     }
-    model, tokenizer, _ = load_trained(run, average_last=AVERAGE_LAST)
-    expected = Translator(model, tokenizer, max_extra_length=10)(tf.constant(SENTENCES))
+    expected = trained[2](max_extra_length=10)(tf.constant(SENTENCES))
     assert result["results"][0]["outputs"] == [s.decode() for s in expected["outputs"].numpy()]
     assert result["results"][0]["scores"] == pytest.approx(
         expected["scores"].numpy().tolist(), abs=1e-4
@@ -303,16 +344,17 @@ def options(
     return {k: v if isinstance(v, list) else [v] * n for k, v in given.items()}
 
 
-def test_translate_with_options_through_a_tf1_session(exported):
-    """Each option does what it says, per request, in a process without keras_transformer."""
-    run, _, path = exported
-    source = SENTENCES + ["A little girl climbs into a wooden playhouse.", "A dog runs."]
+OPTIONS_SOURCE = SENTENCES + ["A little girl climbs into a wooden playhouse.", "A dog runs."]
+
+
+def with_options_requests(path, trained=None):
+    source = OPTIONS_SOURCE
     with_options = lambda **kw: {  # noqa: E731
         "signature": "translate_with_options",
         "inputs": source,
         "options": options(len(source), **kw),
     }
-    requests = [
+    return [
         {"inputs": source},  # serving_default, exported with beam 4, alpha 0.6, +10
         with_options(),
         with_options(beam_size=1, alpha=0.0, max_extra_length=6),
@@ -320,13 +362,18 @@ def test_translate_with_options_through_a_tf1_session(exported):
         with_options(beam_size=6, alpha=1.5, num_hypotheses=6),
         with_options(beam_size=5, num_hypotheses=3),
     ]
-    default, same, greedy, short_pref, long_pref, three = tf1_session(path, requests)["results"]
+
+
+def test_translate_with_options_through_a_tf1_session(trained, session):
+    """Each option does what it says, per request, in a process without keras_transformer."""
+    source = OPTIONS_SOURCE
+    default, same, greedy, short_pref, long_pref, three = session["with_options"]
     # the export's own settings through the options signature: serving_default's result
     assert [row[0] for row in same["outputs"]] == default["outputs"]
     assert [row[0] for row in same["scores"]] == pytest.approx(default["scores"], abs=1e-5)
 
-    model, tokenizer, _ = load_trained(run, average_last=AVERAGE_LAST)
-    translator = Translator(model, tokenizer, beam_size=1, alpha=0.0, max_extra_length=6)
+    model, _, translator_with = trained
+    translator = translator_with(beam_size=1, alpha=0.0, max_extra_length=6)
     source_ids, _, empty, _ = translator._encode_inputs(tf.constant(source))
     lengths = tf.reduce_sum(tf.cast(source_ids > 0, tf.int32), 1) + 6
     ids, _ = reference.model_greedy(
@@ -341,7 +388,7 @@ def test_translate_with_options_through_a_tf1_session(exported):
 
     # alpha, per request: the n-best lists are those of translators built with that alpha
     for result, alpha in ((short_pref, 0.0), (long_pref, 1.5)):
-        built = Translator(model, tokenizer, beam_size=6, alpha=alpha, max_extra_length=10)
+        built = translator_with(beam_size=6, alpha=alpha, max_extra_length=10)
         expected = built.translate_nbest(tf.constant(source))
         texts = expected["outputs"].numpy()
         assert result["outputs"] == [[t.decode() for t in row] for row in texts]
@@ -387,14 +434,20 @@ def bad_sampling_request(options_):
     return {"signature": "sample", "inputs": ["A dog."], "options": given}
 
 
-@pytest.fixture(scope="module")
-def bad_results(exported):
-    """The results of every bad request below, from one TF1 session (one process, not one per
-    case; the client reports each request's error on its own)."""
+def bad_requests(path, trained=None):
     requests = [bad_options_request(bad) for bad, _ in BAD_OPTIONS]
-    requests += [bad_sampling_request(given) for given, _ in BAD_SAMPLING]
-    results = tf1_session(exported[2], requests)["results"]
-    return {json.dumps(r, sort_keys=True): result for r, result in zip(requests, results)}
+    return requests + [bad_sampling_request(given) for given, _ in BAD_SAMPLING]
+
+
+@pytest.fixture(scope="module")
+def bad_results(exported, session):
+    """The results of every bad request below, from the TF1 session of `session` (one
+    process, not one per case; the client reports each request's error on its own)."""
+    requests = bad_requests(exported[2])
+    return {
+        json.dumps(r, sort_keys=True): result
+        for r, result in zip(requests, session["bad"], strict=True)
+    }
 
 
 @pytest.mark.parametrize("bad, name", BAD_OPTIONS)
@@ -473,12 +526,10 @@ def test_warmup_record_is_a_prediction_log(exported):
     )
 
 
-def test_warmup_records_ask_every_signature_and_run(exported):
-    """One record per signature TF Serving may be asked, each a PredictRequest with every
-    input of its signature, that runs through a TF1 session (as TF Serving replays them)."""
+def warmup_requests(path, trained=None):
+    """The export's warmup records as the client's requests."""
     from tensorflow_serving.apis import prediction_log_pb2
 
-    _, _, path = exported
     records = tf.data.TFRecordDataset(os.path.join(path, "assets.extra", WARMUP_FILE))
     requests = []
     for record in records:
@@ -493,14 +544,21 @@ def test_warmup_records_ask_every_signature_and_run(exported):
         requests.append(
             {"signature": request.model_spec.signature_name, "inputs": inputs, "options": given}
         )
-    session = tf1_session(path, requests)
+    return requests
+
+
+def test_warmup_records_ask_every_signature_and_run(exported, session):
+    """One record per signature TF Serving may be asked, each a PredictRequest with every
+    input of its signature, that runs through a TF1 session (as TF Serving replays them)."""
+    requests = warmup_requests(exported[2])
     names = [r["signature"] for r in requests]
     served = sorted(name for name in session["signatures"] if not name.startswith("__"))
     assert sorted(names) == served == sorted(WARMUP_OPTIONS)
     for request in requests:
         expected = session["signatures"][request["signature"]]["inputs"]
         assert sorted(["inputs", *request["options"]]) == expected
-    assert not any("error" in result for result in session["results"])
+    assert len(session["warmup"]) == len(requests)
+    assert not any("error" in result for result in session["warmup"])
 
 
 def test_export_cli_names_a_bad_model_dir(tmp_path):
@@ -527,12 +585,18 @@ def run_module(*args, **kwargs):
 
 
 def test_export_cli_merges_models_config_and_says_what_it_wrote(exported, tmp_path):
-    run, _, _ = exported
+    """kt-export beside version 1 of another export: it writes the next version, 2, merges
+    models.config and says what it wrote."""
+    import shutil
+
+    run, _, first = exported
     export_dir = tmp_path / "exports"
     export_dir.mkdir()
     (export_dir / "models.config").write_text(OTHER_MODELS)
+    shutil.copytree(first, export_dir / "transformer" / "1")
     out = run_module("export.py", "--model-dir", run, "--export-dir", str(export_dir), check=True)
-    path = str(export_dir / "transformer" / "1")
+    assert sorted(os.listdir(export_dir / "transformer")) == ["1", "2"]
+    path = str(export_dir / "transformer" / "2")
     assert f"{path}: " in out.stdout and "MiB on disk" in out.stdout
     assert os.path.join(path, "saved_model.pb") in out.stdout
     assert (
@@ -584,33 +648,33 @@ SOURCES = SENTENCES + [
 ]
 
 
-def test_translate_keeps_input_order_and_shows_progress(exported, tmp_path):
-    run, _, path = exported
+def test_translate_keeps_input_order_and_shows_progress(exported, trained, tmp_path):
+    path = exported[2]
     src = tmp_path / "in.txt"
     src.write_text("\n".join(SOURCES) + "\n")
     out = run_module(
         "-m", "keras_transformer.cli.translate", "--model", path, "--input", str(src),
         "--batch-size", "2", check=True,
     )  # fmt: skip
-    model, tokenizer, _ = load_trained(run, average_last=AVERAGE_LAST)
-    expected = Translator(model, tokenizer, max_extra_length=10)(tf.constant(SOURCES))
+    expected = trained[2](max_extra_length=10)(tf.constant(SOURCES))
     # batched by length (not input order), written back in input order
     assert out.stdout.splitlines() == [t.decode() for t in expected["outputs"].numpy()]
     assert f"{len(SOURCES)}/{len(SOURCES)}" in out.stderr  # the progress bar
+    assert "warning" not in out.stderr  # no input cut, no note (see the test below)
     # per-request options: beam 1 through translate_with_options
     greedy = run_module(
         "-m", "keras_transformer.cli.translate", "--model", path, "--input", str(src),
         "--beam-size", "1", "--alpha", "0", "--max-extra-length", "10", check=True,
     )  # fmt: skip
-    one = Translator(model, tokenizer, beam_size=1, alpha=0.0, max_extra_length=10)
+    one = trained[2](beam_size=1, alpha=0.0, max_extra_length=10)
     expected = one(tf.constant(SOURCES))["outputs"].numpy()
     assert greedy.stdout.splitlines() == [t.decode() for t in expected]
 
 
-def test_evaluate_scores_the_translations_in_order(exported, tmp_path):
+def test_evaluate_scores_the_translations_in_order(exported, trained, tmp_path):
     from keras_transformer.inference.evaluation import score
 
-    run, _, path = exported
+    path = exported[2]
     src, ref = tmp_path / "in.txt", tmp_path / "ref.txt"
     src.write_text("\n".join(SOURCES) + "\n")
     references = list(reversed(SOURCES))  # any fixed references: the BLEU must be theirs
@@ -620,8 +684,7 @@ def test_evaluate_scores_the_translations_in_order(exported, tmp_path):
         "--ref", str(ref), "--batch-size", "4", check=True,
     )  # fmt: skip
     result = json.loads(out.stdout)
-    model, tokenizer, _ = load_trained(run, average_last=AVERAGE_LAST)
-    hyps = Translator(model, tokenizer, max_extra_length=10)(tf.constant(SOURCES))["outputs"]
+    hyps = trained[2](max_extra_length=10)(tf.constant(SOURCES))["outputs"]
     expected = score([h.decode() for h in hyps.numpy()], references)
     assert result["bleu"] == expected["bleu"] and result["chrf"] == expected["chrf"]
     assert result["sentences"] == len(SOURCES) and result["target_tokens_per_s"] > 0
@@ -667,11 +730,7 @@ def assert_same(got, expected, text_keys):
             np.testing.assert_allclose(np.array(got[key], float), np.array(value, float), atol=1e-4)
 
 
-def test_every_signature_survives_server_side_batching(exported):
-    """Two requests concatenated along axis 0 give exactly the two separate results, through
-    a TF1 session: translate_with_options (different options and prefixes per sentence,
-    different num_hypotheses per request), score (different target lengths) and sample."""
-    _, _, path = exported
+def batching_requests(path, trained=None):
     a_src, b_src = SENTENCES[:2], [SOURCES[3], SOURCES[4], "Dogs."]
     translate = [
         {"signature": "translate_with_options", "inputs": a_src, "options": options(
@@ -692,8 +751,14 @@ def test_every_signature_survives_server_side_batching(exported):
             "seed": [7, 3, 1]}},
     ]  # fmt: skip
     requests = [*translate, concatenated(*translate), *score, concatenated(*score)]
-    requests += [*sample, concatenated(*sample)]
-    results = tf1_session(path, requests)["results"]
+    return requests + [*sample, concatenated(*sample)]
+
+
+def test_every_signature_survives_server_side_batching(session):
+    """Two requests concatenated along axis 0 give exactly the two separate results, through
+    a TF1 session: translate_with_options (different options and prefixes per sentence,
+    different num_hypotheses per request), score (different target lengths) and sample."""
+    results = session["batching"]
     assert not any("error" in r for r in results)
     for i, texts in ((0, ("outputs",)), (3, ("target_tokens", "source_tokens")), (6, ("outputs",))):
         first, second, merged = results[i : i + 3]
@@ -727,22 +792,41 @@ def test_every_signature_survives_server_side_batching(exported):
     assert all(text.startswith("Zwei") for text in results[1]["outputs"][0])
 
 
-def test_score_gives_the_search_its_own_score_and_aligns(exported):
+def greedy_requests(path, trained=None):
+    return [{
+        "signature": "translate_with_options", "inputs": SOURCES,
+        "options": options(len(SOURCES), beam_size=1, alpha=0.0)}]  # fmt: skip
+
+
+def greedy_targets(trained):
+    """The in-process beam-1 translations of SOURCES (those of the `greedy` request: checked
+    below), as the client sends them, so that one TF1 session scores them."""
+    one = trained[2](beam_size=1, alpha=0.0, max_extra_length=10)
+    texts = [t.decode() for t in one(tf.constant(SOURCES))["outputs"].numpy()]
+    return texts, [t.encode("utf-8").decode("latin-1") for t in texts]
+
+
+def score_greedy_requests(path, trained):
+    return [
+        {
+            "signature": "score",
+            "inputs": SOURCES,
+            "options": {"targets": greedy_targets(trained)[1]},
+        }
+    ]
+
+
+def test_score_gives_the_search_its_own_score_and_aligns(trained, session):
     """For beam 1 / alpha 0 translations, `score` returns the search's log-probability (to
     1e-3, where re-tokenizing gives the same pieces); its pieces end with eos, its token
     scores sum to the score and its attention rows are distributions over the source."""
-    run, _, path = exported
     source = SOURCES
-    greedy, = tf1_session(path, [{
-        "signature": "translate_with_options", "inputs": source,
-        "options": options(len(source), beam_size=1, alpha=0.0)}])["results"]  # fmt: skip
+    (greedy,) = session["greedy"]
     targets = [row[0] for row in greedy["outputs"]]
-    as_sent = [t.encode("utf-8").decode("latin-1") for t in targets]  # the client's bytes
-    (scored,) = tf1_session(
-        path, [{"signature": "score", "inputs": source, "options": {"targets": as_sent}}]
-    )["results"]
-    model, tokenizer, _ = load_trained(run, average_last=AVERAGE_LAST)
-    translator = Translator(model, tokenizer, beam_size=1, alpha=0.0, max_extra_length=10)
+    assert targets == greedy_targets(trained)[0]  # what `score_greedy` scored
+    (scored,) = session["score_greedy"]
+    model, tokenizer, translator_with = trained
+    translator = translator_with(beam_size=1, alpha=0.0, max_extra_length=10)
     ids, *_ = translator.search(tf.constant(source), 1)
     checked = 0
     for i, target in enumerate(targets):
@@ -774,8 +858,7 @@ def test_score_gives_the_search_its_own_score_and_aligns(exported):
         assert total == pytest.approx(greedy["scores"][i][0], abs=1e-3)
 
 
-def test_sample_top_k_one_is_greedy_and_seeds_reproduce(exported):
-    _, _, path = exported
+def sample_requests(path, trained=None):
     n = len(SOURCES)
 
     def sample(seed, top_k=0, temperature=1.0):
@@ -785,9 +868,11 @@ def test_sample_top_k_one_is_greedy_and_seeds_reproduce(exported):
 
     greedy = {"signature": "translate_with_options", "inputs": SOURCES,
               "options": options(n, beam_size=1, alpha=0.0)}  # fmt: skip
-    top1, again, same, other, beam1 = tf1_session(
-        path, [sample(0, top_k=1, temperature=0.5), sample(1), sample(1), sample(50), greedy]
-    )["results"]
+    return [sample(0, top_k=1, temperature=0.5), sample(1), sample(1), sample(50), greedy]
+
+
+def test_sample_top_k_one_is_greedy_and_seeds_reproduce(session):
+    top1, again, same, other, beam1 = session["sample"]
     assert top1["outputs"] == [row[0] for row in beam1["outputs"]]
     assert top1["scores"] == pytest.approx([row[0] for row in beam1["scores"]], abs=1e-4)
     assert again == same and again["outputs"] != other["outputs"]
@@ -801,21 +886,26 @@ def test_bad_sampling_options_are_invalid_argument_errors_naming_the_input(
     assert f"sample: input {name} must be" in result["error"]
 
 
-def test_score_cli_writes_json_lines_in_input_order(exported, tmp_path):
+SCORE_TARGETS = ["Ein Mann fährt.", "Zwei Hunde.", "", "Ein Mädchen.", "Zwei Männer.", "Hunde."]
+
+
+def score_cli_requests(path, trained=None):
+    as_sent = [t.encode("utf-8").decode("latin-1") for t in SCORE_TARGETS]  # the client's bytes
+    return [{"signature": "score", "inputs": SOURCES, "options": {"targets": as_sent}}]
+
+
+def test_score_cli_writes_json_lines_in_input_order(exported, session, tmp_path):
     _, _, path = exported
     src, tgt = tmp_path / "src.txt", tmp_path / "tgt.txt"
     src.write_text("\n".join(SOURCES) + "\n")
-    targets = ["Ein Mann fährt.", "Zwei Hunde.", "", "Ein Mädchen.", "Zwei Männer.", "Hunde."]
+    targets = SCORE_TARGETS
     tgt.write_text("\n".join(targets) + "\n")
     out = run_module(
         "-m", "keras_transformer.cli.score", "--model", path, "--src", str(src),
         "--tgt", str(tgt), "--batch-size", "2", check=True,
     )  # fmt: skip
     lines = [json.loads(line) for line in out.stdout.splitlines()]
-    as_sent = [t.encode("utf-8").decode("latin-1") for t in targets]  # the client's bytes
-    (expected,) = tf1_session(
-        path, [{"signature": "score", "inputs": SOURCES, "options": {"targets": as_sent}}]
-    )["results"]
+    (expected,) = session["score_cli"]
     assert [line["score"] for line in lines] == pytest.approx(expected["scores"], abs=1e-3)
     for line in lines:
         assert line["target_tokens"][-1] == "</s>"
@@ -851,14 +941,22 @@ def test_translate_samples_and_completes_prefixes(exported, tmp_path):
 
 
 def test_translate_replaces_invalid_utf8_on_stdin_as_in_files(exported, tmp_path):
+    """Invalid UTF-8 is replaced on stdin as in a file; and (the kt-translate part of
+    test_commands_report_the_inputs_cut_on_stderr, on the same runs) a 700-word line does
+    not fit the model's 64 positions: kt-translate says how many inputs were cut."""
     _, _, path = exported
-    raw = b"caf\xc3 \xff broken\nA dog.\n"
+    long = " ".join(["word"] * 700)
+    raw = ("\n".join([*SENTENCES, long]) + "\n").encode() + b"caf\xc3 \xff broken\nA dog.\n"
+    n = len(SENTENCES) + 3
     (tmp_path / "in.txt").write_bytes(raw)
     argv = ["-m", "keras_transformer.cli.translate", "--model", path]
     from_stdin = run_module(*argv, input=raw.decode("latin-1"), encoding="latin-1")
     from_file = run_module(*argv, "--input", str(tmp_path / "in.txt"), check=True)
     assert from_stdin.returncode == 0, from_stdin.stderr
     assert from_stdin.stdout.encode("latin-1").decode("utf-8") == from_file.stdout
+    note = f"warning: 1 of {n} inputs were longer than the export's limit"
+    assert f"kt-translate: {note}" in from_file.stderr
+    assert len(from_file.stdout.splitlines()) == n
 
 
 def test_client_fills_per_sentence_vectors_with_the_librarys_defaults():
@@ -912,16 +1010,14 @@ def test_tokenization_is_pinned_to_the_cpu_in_the_graph(exported):
 
 
 def test_commands_report_the_inputs_cut_on_stderr(exported, tmp_path):
-    """A 700-word line does not fit the model's 64 positions: kt-translate, kt-evaluate and
-    kt-score say how many inputs were cut (one line on stderr), and kt-evaluate's JSON too."""
+    """A 700-word line does not fit the model's 64 positions: kt-evaluate and kt-score say
+    how many inputs were cut (one line on stderr), and kt-evaluate's JSON too (kt-translate:
+    test_translate_replaces_invalid_utf8_on_stdin_as_in_files)."""
     _, _, path = exported
     src = tmp_path / "in.txt"
     src.write_text("\n".join([*SENTENCES, " ".join(["word"] * 700)]) + "\n")
     n = len(SENTENCES) + 1
     note = f"warning: 1 of {n} inputs were longer than the export's limit"
-    out = run_module("-m", "keras_transformer.cli.translate", "--model", path, "--input", str(src))
-    assert out.returncode == 0 and f"kt-translate: {note}" in out.stderr
-    assert len(out.stdout.splitlines()) == n
     out = run_module(
         "-m", "keras_transformer.cli.evaluate", "--model", path, "--src", str(src),
         "--ref", str(src), "--beam-size", "1",
@@ -933,10 +1029,7 @@ def test_commands_report_the_inputs_cut_on_stderr(exported, tmp_path):
     )
     assert out.returncode == 0
     assert f"kt-score: warning: 1 of {n} sources were longer" in out.stderr
-    # without a long input, no note
-    src.write_text("\n".join(SENTENCES) + "\n")
-    out = run_module("-m", "keras_transformer.cli.translate", "--model", path, "--input", str(src))
-    assert out.returncode == 0 and "warning" not in out.stderr
+    # without a long input, no note: test_translate_keeps_input_order_and_shows_progress
 
 
 # TF Serving's Predict, emulated in a fresh interpreter that imports only tensorflow and
@@ -1056,13 +1149,43 @@ def documented_requests():
     return found
 
 
-def test_every_documented_request_runs_under_tf_servings_rules(exported):
+def documented_jobs(requests):
+    """Each documented request alone, merged with itself, and cut to its first sentence."""
+    first = [{**b, "inputs": {k: v[:1] for k, v in b["inputs"].items()}} for _, b in requests]
+    jobs = [[body] for _, body in requests] + [[b, b] for _, b in requests]
+    return jobs + [[body] for body in first]
+
+
+STOP_RULE_BODY = {"signature_name": "translate_with_stop_rule", "inputs": {
+    "inputs": ["A dog.", "A cat."], "beam_size": [2, 2], "alpha": [0.6, 0.6],
+    "max_extra_length": [5, 5], "num_hypotheses": [1, 1], "target_prefix": ["", ""],
+    "stop_rule": ["", "top"]}}  # fmt: skip
+
+
+def refused_jobs():
+    """A fine request, then the same without stop_rule, with an extra input, and uneven."""
+    body = STOP_RULE_BODY
+    without = {**body, "inputs": {k: v for k, v in body["inputs"].items() if k != "stop_rule"}}
+    extra = {**body, "inputs": {**body["inputs"], "seed": [1, 2]}}
+    uneven = {**body, "inputs": {**body["inputs"], "stop_rule": [""]}}
+    return [[body], [without], [extra], [uneven]]
+
+
+@pytest.fixture(scope="module")
+def serving_answers(exported):
+    """The emulated server's answers to the jobs of the two tests below, from one process:
+    (documented_jobs' answers, refused_jobs' answers)."""
+    documented = documented_jobs(documented_requests())
+    answers = tf_serving(exported[2], documented + refused_jobs())
+    return answers[: len(documented)], answers[len(documented) :]
+
+
+def test_every_documented_request_runs_under_tf_servings_rules(serving_answers):
     """Every REST request of the docs, sent as written to a fresh export under TF Serving's
     rules (every input present unless the SignatureDef has a default; every fed input of one
     0th dimension, the batcher's rule), is answered; and merged with itself, as the batcher
     merges two requests, it gets the same answer twice. 0.1.0's `translate_with_options`
     request (six inputs) is among them."""
-    _, _, path = exported
     requests = documented_requests()
     signatures = {body.get("signature_name", "serving_default") for _, body in requests}
     assert signatures == {
@@ -1071,9 +1194,8 @@ def test_every_documented_request_runs_under_tf_servings_rules(exported):
     }  # fmt: skip
     sizes = {len(body["inputs"]["inputs"]) for _, body in requests}
     assert 1 in sizes and max(sizes) > 1  # one sentence and several
-    first = [{**b, "inputs": {k: v[:1] for k, v in b["inputs"].items()}} for _, b in requests]
-    jobs = [[body] for _, body in requests] + [[b, b] for _, b in requests]
-    answers = tf_serving(path, jobs + [[body] for body in first])
+    answers = serving_answers[0]
+    assert len(answers) == 3 * len(requests)
     n = len(requests)
     alone, merged, one = answers[:n], answers[n : 2 * n], answers[2 * n :]
     for (page, body), single, double, cut in zip(requests, alone, merged, one, strict=True):
@@ -1086,21 +1208,13 @@ def test_every_documented_request_runs_under_tf_servings_rules(exported):
         assert len(cut["results"][0]["truncated"]) == 1  # every signature returns it
 
 
-def test_the_emulated_server_refuses_what_tf_serving_refuses(exported, tmp_path):
+def test_the_emulated_server_refuses_what_tf_serving_refuses(serving_answers, tmp_path):
     """The rules above can fail: a missing input without a default, an extra input, inputs of
     different 0th dimensions. And why `stop_rule` is a signature of its own, not a default:
     TF 2.21 writes a `tf.function` argument's Tensor default into the SignatureDef (one value,
     shape [1]), which TF Serving feeds as it is, so a request of one sentence works and a
     request of several is refused by the batcher."""
-    _, _, path = exported
-    body = {"signature_name": "translate_with_stop_rule", "inputs": {
-        "inputs": ["A dog.", "A cat."], "beam_size": [2, 2], "alpha": [0.6, 0.6],
-        "max_extra_length": [5, 5], "num_hypotheses": [1, 1], "target_prefix": ["", ""],
-        "stop_rule": ["", "top"]}}  # fmt: skip
-    without = {**body, "inputs": {k: v for k, v in body["inputs"].items() if k != "stop_rule"}}
-    extra = {**body, "inputs": {**body["inputs"], "seed": [1, 2]}}
-    uneven = {**body, "inputs": {**body["inputs"], "stop_rule": [""]}}
-    fine, missing, sent_extra, batched = tf_serving(path, [[body], [without], [extra], [uneven]])
+    fine, missing, sent_extra, batched = serving_answers[1]
     assert len(fine["results"][0]["outputs"]) == 2
     assert "Missing but required: ['stop_rule']" in missing["error"]
     assert "Sent extra: ['seed']" in sent_extra["error"]
@@ -1139,3 +1253,18 @@ def test_export_run_keeps_the_keyword_names_of_0_1(tmp_path):
     with pytest.raises(ExportError, match="--best --no-ema"):
         export_run(str(tmp_path / "run"), str(tmp_path / "exports"), use_best=True, ema=False)
     assert not os.path.exists(tmp_path / "exports")
+
+
+# The requests of every test that asks the TF1 session (`session`): one process answers all,
+# the warmup records first (as TF Serving replays them when it loads the model).
+REQUESTS = {
+    "warmup": warmup_requests,
+    "fresh_process": fresh_process_requests,
+    "with_options": with_options_requests,
+    "bad": bad_requests,
+    "batching": batching_requests,
+    "greedy": greedy_requests,
+    "sample": sample_requests,
+    "score_cli": score_cli_requests,
+    "score_greedy": score_greedy_requests,
+}

@@ -40,7 +40,7 @@ def report_of(path):
 def test_the_default_export_reports_it_reproduces_the_reference(run, tmp_path, multi30k_dir):
     """float32, exact rule: the SavedModel as written gives the in-process search's outputs
     on the first validation sentences (all identical, BLEU delta 0), the report says so and
-    where the sentences came from; TF Serving's loader still loads the version directory."""
+    where the sentences came from, and it is an asset TF Serving never reads as a variable."""
     path = export_run(run, str(tmp_path), max_extra_length=10, agreement_sentences=SENTENCES)
     report = report_of(path)
     assert report["is_reference"] is True and report["sentences"] == SENTENCES
@@ -49,20 +49,14 @@ def test_the_default_export_reports_it_reproduces_the_reference(run, tmp_path, m
     assert report["data"] == f"the first {SENTENCES} pairs of multi30k validation en->de"
     assert report["export"]["dtype"] == "float32" and report["export"]["stop_rule"] == "exact"
     assert not os.path.exists(os.path.join(path, "variables", REPORT_FILE))
-    (result,) = tf1_session(path, [{"inputs": ["A dog runs."]}])["results"]
-    assert len(result["outputs"]) == 1
-    # without sentences the report says why
-    second = export_run(run, str(tmp_path), max_extra_length=10, agreement_sentences=0)
-    assert report_of(second) == {"sentences": 0, "skipped": "--agreement-sentences 0"}
+    # TF Serving's loader loads a version directory with the report in assets.extra: the
+    # TF1 session of test_stop_rule_is_an_export_option_and_the_report_compares_it; without
+    # sentences the report says why: test_export.py's test_layout (its export has 0)
 
 
-@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-def test_reduced_precision_export_computes_in_it_and_reports_agreement(run, tmp_path, dtype):
+def assert_computes_in(path, dtype):
     """--dtype: the SavedModel's matmuls run in that dtype (its graph has them), scores stay
     float32, and the report compares it with the float32 search (not the reference itself)."""
-    path = export_run(
-        run, str(tmp_path), max_extra_length=10, dtype=dtype, agreement_sentences=SENTENCES
-    )
     report = report_of(path)
     assert report["is_reference"] is False and report["export"]["dtype"] == dtype
     assert report["sentences"] == SENTENCES and 0 <= report["identical"] <= SENTENCES
@@ -80,6 +74,14 @@ def test_reduced_precision_export_computes_in_it_and_reports_agreement(run, tmp_
     assert dtype in dtypes
 
 
+def test_reduced_precision_export_computes_in_it_and_reports_agreement(run, tmp_path):
+    """float16 here; bfloat16, exported by kt-export: test_export_cli_prints_the_agreement."""
+    path = export_run(
+        run, str(tmp_path), max_extra_length=10, dtype="float16", agreement_sentences=SENTENCES
+    )
+    assert_computes_in(path, "float16")
+
+
 def test_stop_rule_is_an_export_option_and_the_report_compares_it(run, tmp_path):
     path = export_run(
         run, str(tmp_path), max_extra_length=10, stop_rule="top", agreement_sentences=SENTENCES
@@ -93,7 +95,8 @@ def test_stop_rule_is_an_export_option_and_the_report_compares_it(run, tmp_path)
             "target_prefix": [""], "stop_rule": [rule]}}
         for rule in ("", "top", "exact")
     ] + [{"inputs": ["A man sleeps."]}]  # fmt: skip
-    default, top, exact, serving = tf1_session(path, requests)["results"]
+    assert os.path.exists(os.path.join(path, "assets.extra", REPORT_FILE))
+    default, top, exact, serving = tf1_session(path, requests)["results"]  # the loader loads it
     assert default == top and serving["outputs"] == [row[0] for row in top["outputs"]]
     assert "error" not in exact
     # kt-translate --stop-rule asks translate_with_stop_rule for it
@@ -179,15 +182,18 @@ def test_export_cli_names_a_bad_format_flag(tmp_path, flags, message):
 
 
 def test_export_cli_prints_the_agreement(run, tmp_path):
+    """kt-export --dtype bfloat16 prints the agreement, and its export computes in bfloat16
+    (the checks of test_reduced_precision_export_computes_in_it_and_reports_agreement)."""
     out = run_module(
         "export.py", "--model-dir", run, "--export-dir", str(tmp_path), "--max-extra-length",
-        "10", "--agreement-sentences", "4", "--dtype", "bfloat16", check=True,
+        "10", "--agreement-sentences", str(SENTENCES), "--dtype", "bfloat16", check=True,
     )  # fmt: skip
     path = os.path.join(str(tmp_path), "transformer", "1")
     report = report_of(path)
     line = (
-        f"{os.path.join(path, 'assets.extra', REPORT_FILE)}: {report['identical']} of 4 "
-        "outputs identical to the float32 exact-rule search's"
+        f"{os.path.join(path, 'assets.extra', REPORT_FILE)}: {report['identical']} of "
+        f"{SENTENCES} outputs identical to the float32 exact-rule search's"
     )
     assert line in out.stdout
     assert np.isfinite(report["bleu"]["delta"])
+    assert_computes_in(path, "bfloat16")

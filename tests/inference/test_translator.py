@@ -278,23 +278,23 @@ def test_beams_reordered_by_their_slots_equal_caches_copied_and_gathered(trained
         shared = {**shared, "rows": reorder(shared["rows"])}
 
 
-def test_every_signature_says_which_inputs_were_cut(trained):
+def test_every_signature_says_which_inputs_were_cut(trained, translator):
     """max_input_length 6 (eos included): the inputs of more than 5 pieces are cut, and
     every signature's "truncated" says which; score's "target_truncated" says which targets
     did not fit the positions (learned positions only: none here)."""
     model, tokenizer = trained
-    translator = Translator(model, tokenizer, max_input_length=6, max_extra_length=3)
+    cutting = Translator(model, tokenizer, max_input_length=6, max_extra_length=3)
     inputs = tf.constant(SENTENCES)
     pieces = tokenizer.tokenize(inputs).row_lengths().numpy()
     expected = pieces > 5
     assert expected.any() and not expected.all()
     n = len(SENTENCES)
     outputs = {
-        "serving_default": translator(inputs),
-        "translate_nbest": translator.translate_nbest(inputs),
-        "translate_with_options": translator.translate_with_options(inputs, *vectors(2, 0.6, 3, 1)),
-        "score": translator.score(inputs, inputs),
-        "sample": translator.sample(
+        "serving_default": cutting(inputs),
+        "translate_nbest": cutting.translate_nbest(inputs),
+        "translate_with_options": cutting.translate_with_options(inputs, *vectors(2, 0.6, 3, 1)),
+        "score": cutting.score(inputs, inputs),
+        "sample": cutting.sample(
             inputs, tf.fill([n], 1.0), tf.fill([n], 0), tf.fill([n], 1.0),
             tf.zeros([n], tf.int64),
         ),
@@ -302,8 +302,9 @@ def test_every_signature_says_which_inputs_were_cut(trained):
     for name, out in outputs.items():
         np.testing.assert_array_equal(out["truncated"], expected, err_msg=name)
     assert not outputs["score"]["target_truncated"].numpy().any()
-    # the model's own limit cuts none of these
-    assert not Translator(model, tokenizer)(inputs)["truncated"].numpy().any()
+    # the model's own limit (the fixture's translator has no other) cuts none of these
+    assert translator.max_input_length == model.config.max_length
+    assert not translator(inputs)["truncated"].numpy().any()
 
 
 def test_stop_rule_per_sentence_matches_a_translator_built_with_it(trained, translator):
@@ -318,11 +319,13 @@ def test_stop_rule_per_sentence_matches_a_translator_built_with_it(trained, tran
     got = translator.translate_with_stop_rule(
         inputs, beam, alpha, extra, num, prefix, tf.constant(rules)
     )
+    expected_by_rule = {}  # "" and "exact" build the same translator: built and run once
     for i, rule in enumerate(rules):
-        built = Translator(
-            model, tokenizer, beam_size=3, max_extra_length=10, stop_rule=rule or "exact"
-        )
-        expected = built.translate_with_options(inputs, *vectors(3, 0.6, 10, 2))
+        rule = rule or "exact"
+        if rule not in expected_by_rule:
+            built = Translator(model, tokenizer, beam_size=3, max_extra_length=10, stop_rule=rule)
+            expected_by_rule[rule] = built.translate_with_options(inputs, *vectors(3, 0.6, 10, 2))
+        expected = expected_by_rule[rule]
         np.testing.assert_array_equal(got["outputs"][i], expected["outputs"][i])
         np.testing.assert_allclose(got["scores"][i], expected["scores"][i], atol=1e-5)
     with pytest.raises(

@@ -31,8 +31,19 @@ MAX_BATCH = 2
 
 
 @pytest.fixture(scope="module")
-def translators(tmp_path_factory, multi30k_dir):
-    run = make_run(str(tmp_path_factory.mktemp("run")), multi30k_dir)
+def run(tmp_path_factory, multi30k_dir):
+    """A small run whose config.json names its dataset (as train.py writes it)."""
+    path = make_run(str(tmp_path_factory.mktemp("run")), multi30k_dir)
+    config = Run(path).read_config()
+    config["training"] = {
+        "dataset": "multi30k", "src_lang": "en", "tgt_lang": "de", "data_dir": multi30k_dir,
+    }  # fmt: skip
+    Run(path).write_config(config)
+    return path
+
+
+@pytest.fixture(scope="module")
+def translators(run):
     model, tokenizer, _ = load_trained(run, average_last=AVERAGE_LAST)
     return Translator(model, tokenizer, **LIMITS), Translator(model, tokenizer, xla=True, **LIMITS)
 
@@ -217,19 +228,11 @@ def test_docker_compose_serves_xla_exports_with_the_flags_they_need():
 
 
 @pytest.mark.slow
-def test_the_agreement_report_compares_the_xla_export_with_the_reference(
-    tmp_path_factory, multi30k_dir
-):
+def test_the_agreement_report_compares_the_xla_export_with_the_reference(run, tmp_path):
     """export_run(xla=True): the report compares the SavedModel as written (compiled by XLA
     when loaded) with the reference search, and says the export is an XLA one."""
-    run = make_run(str(tmp_path_factory.mktemp("agreement") / "run"), multi30k_dir)
-    config = Run(run).read_config()
-    config["training"] = {
-        "dataset": "multi30k", "src_lang": "en", "tgt_lang": "de", "data_dir": multi30k_dir,
-    }  # fmt: skip
-    Run(run).write_config(config)
     path = export_run(
-        run, str(tmp_path_factory.mktemp("exports")), max_extra_length=10, xla=True,
+        run, str(tmp_path / "exports"), max_extra_length=10, xla=True,
         xla_max_batch=1, agreement_sentences=8,
     )  # fmt: skip
     assert is_compiled_by_xla(path)

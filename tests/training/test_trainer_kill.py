@@ -138,20 +138,3 @@ def test_resume_after_sigkill_is_exact(tmp_path, mini_multi30k_dir, left_alone, 
     assert os.listdir(model_dir / LOG_DIR)  # TensorBoard logs
     if corpora == "one":  # asking again for the same step count does nothing (once is enough)
         assert "already at step 40" in run_train(model_dir, mini_multi30k_dir, *flags).stdout
-
-
-@pytest.mark.slow
-def test_a_kill_before_the_first_checkpoint_leaves_no_event_twice(tmp_path, mini_multi30k_dir):
-    """Killed after the first epoch's end work (its events written) and before its
-    checkpoint, the run restarts from nothing: each event and TensorBoard summary once."""
-    flags = ["--train-steps", "5", "--steps-per-epoch", "5", "--eval-every", "5"]
-    model_dir = tmp_path / "killed"
-    killed = run_train(model_dir, mini_multi30k_dir, *flags, check=False,
-                       env=dict(os.environ, KT_KILL_AT="5:epoch_end"))  # fmt: skip
-    assert killed.returncode == 137, killed.stderr[-3000:]
-    assert Run(str(model_dir)).checkpoints() == []
-    assert events(model_dir) == [("train", 5), ("bleu", 5), ("epoch", 5)]
-    run_train(model_dir, mini_multi30k_dir, *flags)
-    assert events(model_dir) == [("train", 5), ("bleu", 5), ("epoch", 5)]
-    assert tensorboard_steps(model_dir) == [5]
-    assert tensorboard_steps(model_dir, "epoch_loss") == [5]

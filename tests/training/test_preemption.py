@@ -53,7 +53,7 @@ def test_close_restores_the_previous_handler():
 
 # -- whole runs: a signal at a set step and phase ($KT_KILL_AT=STEP:PHASE:SIGNAL) ------------
 
-FLAGS = ["--train-steps", "20", "--steps-per-epoch", "10", "--checkpoint-every", "1000",
+FLAGS = ["--train-steps", "30", "--steps-per-epoch", "10", "--checkpoint-every", "1000",
          "--eval-every", "1000", "--warmup-steps", "10", "--log-every", "5"]  # fmt: skip
 
 
@@ -86,33 +86,38 @@ def events(model_dir):
     return [(r["event"], r["step"]) for r in Run(str(model_dir)).read_metrics()]
 
 
-# (where the signal arrives, the step of the preemption checkpoint): mid-epoch, the batch
-# before an epoch's last one (the save falls on the last batch: after the epoch-end work),
-# during the epoch-end validation (one machine: saved at that epoch's end)
-SIGNALS = [("6:batch", 7), ("9:batch", 10), ("10:validation", 10)]
+# (where the signal arrives, the step of the preemption checkpoint), in the order one chain
+# of restarts meets them: mid-epoch, during the epoch-end validation (one machine: saved at
+# that epoch's end), the batch before an epoch's last one (the save falls on the last batch:
+# after the epoch-end work)
+SIGNALS = [("6:batch", 7), ("10:validation", 10), ("19:batch", 20)]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("at, saved", SIGNALS, ids=[at for at, _ in SIGNALS])
-def test_sigterm_at_any_step_resumes_bit_for_bit(tmp_path, corpus, alone, at, saved):
+def test_sigterm_at_any_step_resumes_bit_for_bit(tmp_path, corpus, alone):
     """SIGTERM at a set step and phase: exit 143 with a checkpoint at `saved`, after that
-    step's epoch-end work when the step ends an epoch; the same command again ends with the
+    step's epoch-end work when the step ends an epoch; the same command again resumes there
+    (each restart but the last is signalled at the next point of SIGNALS) and ends with the
     weights and optimizer slots of the run left alone, bit for bit, and metrics.jsonl holds
     every event (each epoch's end) exactly once, as the run left alone wrote them."""
     model_dir = tmp_path / "preempted"
-    out = run(model_dir, corpus, env={KILL_AT_ENV: f"{at}:SIGTERM"})
-    assert out.returncode == 143, out.stderr[-3000:]
-    assert "Traceback" not in out.stderr
-    assert f"checkpoint {model_dir}/checkpoints/ckpt-{saved} written" in out.stdout
-    assert [p.rsplit("-", 1)[1] for p in Run(str(model_dir)).checkpoints()][-1] == str(saved)
-    if saved % 10 == 0:  # the epoch's end was done before the exit, once
-        assert events(model_dir).count(("epoch", saved)) == 1
+    previous = None
+    for at, saved in SIGNALS:
+        out = run(model_dir, corpus, env={KILL_AT_ENV: f"{at}:SIGTERM"})
+        assert out.returncode == 143, out.stderr[-3000:]
+        assert "Traceback" not in out.stderr
+        assert previous is None or f"at step {previous}" in out.stdout  # resumed there
+        assert f"checkpoint {model_dir}/checkpoints/ckpt-{saved} written" in out.stdout
+        assert [p.rsplit("-", 1)[1] for p in Run(str(model_dir)).checkpoints()][-1] == str(saved)
+        if saved % 10 == 0:  # the epoch's end was done before the exit, once
+            assert events(model_dir).count(("epoch", saved)) == 1
+        previous = saved
     out = run(model_dir, corpus)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert f"at step {saved}" in out.stdout
+    assert f"at step {previous}" in out.stdout
     assert events(model_dir) == events(alone)
     final = [Run(str(d)).checkpoints()[-1] for d in (alone, model_dir)]
-    assert final[0].endswith("ckpt-20") and final[1].endswith("ckpt-20")
+    assert final[0].endswith("ckpt-30") and final[1].endswith("ckpt-30")
     assert_same_variables(final[0], final[1], tolerance=0.0)
 
 

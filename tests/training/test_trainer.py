@@ -1,17 +1,9 @@
 import os
 import subprocess
 
-import numpy as np
 import pytest
-import tensorflow as tf
 
-import keras_transformer as kt
 from keras_transformer.run_dir import Run
-from keras_transformer.settings.args import TrainArgs
-from keras_transformer.training import callbacks as cb
-from keras_transformer.training.step import TrainingModel
-from keras_transformer.training.strategy import set_precision
-from keras_transformer.training.trainer import fit_to_step
 
 # the helpers moved to trainer_runs; imported here too, where the cluster and preemption
 # tests look for them
@@ -124,30 +116,3 @@ def test_bad_input_gives_a_clear_message(tmp_path, case, expected, multi30k_dir)
     import re
 
     assert re.search(expected, out.stderr), out.stderr[-2000:]
-
-
-class SkipFirstSteps(TrainingModel):
-    """Non-finite gradients on the first 3 batches: float16 loss scaling skips those steps."""
-
-    def compute_gradients(self, *args):
-        grads, loss = super().compute_gradients(*args)
-        poison = tf.where(self.data_position < 3, float("inf"), 0.0)
-        return [grads[0] + poison, *grads[1:]], loss
-
-
-def test_train_steps_is_exact_when_float16_steps_are_skipped():
-    set_precision("mixed_float16")
-    transformer = kt.Transformer(kt.TransformerConfig.preset("tiny", vocab_size=40))
-    model = SkipFirstSteps(transformer)
-    model.compile(optimizer=kt.paper_optimizer(64, 10), loss=kt.LabelSmoothedCrossEntropy())
-    rng = np.random.default_rng(0)
-    src = rng.integers(4, 40, size=(4, 7)).astype("int32")
-    tgt = rng.integers(4, 40, size=(4, 6)).astype("int32")
-    data = tf.data.Dataset.from_tensors(((src, tgt), tgt)).repeat()
-    state = cb.StepState(model)
-    callbacks = [cb.NonFiniteLossGuard(None), cb.StopAtStep(state, 6)]
-    settings = TrainArgs(train_steps=6, steps_per_epoch=4, verbose=0)
-    fit_to_step(model, lambda position: data, None, callbacks, settings)
-    assert int(model.optimizer.iterations.numpy()) == 6  # exactly --train-steps updates
-    assert int(model.data_position.numpy()) == 9  # 3 skipped batches + 6 applied
-    assert float(model.optimizer.dynamic_scale.numpy()) == 2.0**15 / 8

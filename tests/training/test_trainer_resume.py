@@ -1,11 +1,14 @@
-"""kt-train started again on a run directory: the float16 loss scale carries over, and a flag
-that would change the run is refused (training.trainer). On a Multi30k folder of 400 training
-pairs (mini_multi30k_dir)."""
+"""kt-train started again on a run directory: the float16 loss scale carries over, a run
+killed before its first checkpoint restarts from nothing, and a flag that would change the
+run is refused (training.trainer). On a Multi30k folder of 400 training pairs
+(mini_multi30k_dir)."""
+
+import os
 
 import pytest
 
 from keras_transformer.run_dir import Run
-from tests.training.trainer_runs import checkpoint_values, run_train
+from tests.training.trainer_runs import checkpoint_values, events, run_train, tensorboard_steps
 
 
 @pytest.mark.slow
@@ -28,9 +31,26 @@ def test_resume_restores_the_loss_scale(tmp_path, mini_multi30k_dir):
 
 
 @pytest.mark.slow
-def test_resume_refuses_flags_that_would_change_the_run(tmp_path, mini_multi30k_dir):
-    model_dir = tmp_path / "run"
-    out = run_train(model_dir, mini_multi30k_dir, "--train-steps", "2", "--warmup-steps", "30")
+def test_a_kill_before_the_first_checkpoint_then_flags_that_would_change_the_run(
+    tmp_path, mini_multi30k_dir
+):
+    """Killed after the first epoch's end work (its events written) and before its
+    checkpoint, the run restarts from nothing: each event and TensorBoard summary once. On
+    that run directory, a flag that would change the run is refused; flags that only
+    continue it are fine (one chain of starts: the kill test moved here from
+    test_trainer_kill, so that the refusals need no run of their own)."""
+    flags = ["--steps-per-epoch", "5", "--eval-every", "5", "--warmup-steps", "30"]
+    model_dir = tmp_path / "killed"
+    killed = run_train(model_dir, mini_multi30k_dir, "--train-steps", "5", *flags, check=False,
+                       env=dict(os.environ, KT_KILL_AT="5:epoch_end"))  # fmt: skip
+    assert killed.returncode == 137, killed.stderr[-3000:]
+    assert Run(str(model_dir)).checkpoints() == []
+    assert events(model_dir) == [("train", 5), ("bleu", 5), ("epoch", 5)]
+    out = run_train(model_dir, mini_multi30k_dir, "--train-steps", "5", *flags)
+    assert events(model_dir) == [("train", 5), ("bleu", 5), ("epoch", 5)]
+    assert tensorboard_steps(model_dir) == [5]
+    assert tensorboard_steps(model_dir, "epoch_loss") == [5]
+
     assert "settings (config.json):" in out.stdout  # logged at INFO, the default --log-level
     for flag, value, saved in (
         ("--warmup-steps", "50", "30"),
@@ -38,15 +58,14 @@ def test_resume_refuses_flags_that_would_change_the_run(tmp_path, mini_multi30k_
         ("--precision", "mixed_float16", "float32"),
     ):
         out = run_train(
-            model_dir, mini_multi30k_dir, "--train-steps", "4", flag, value, check=False
+            model_dir, mini_multi30k_dir, "--train-steps", "6", flag, value, check=False
         )
         assert out.returncode == 2 and "Traceback" not in out.stderr
         assert f"{flag} {value} differs from {saved} in {model_dir}/config.json" in out.stderr
     # flags that only continue the run are fine; --log-level WARNING hides the INFO lines,
     # not the command's output (the summary)
     out = run_train(
-        model_dir, mini_multi30k_dir, "--train-steps", "3", "--warmup-steps", "30",
-        "--log-level", "WARNING",
-    )  # fmt: skip
-    assert "training ended at step 3 of 3" in out.stdout
+        model_dir, mini_multi30k_dir, "--train-steps", "6", *flags, "--log-level", "WARNING"
+    )
+    assert "training ended at step 6 of 6" in out.stdout
     assert "settings (config.json):" not in out.stdout and "resumed from" not in out.stdout

@@ -17,7 +17,13 @@ from keras_transformer.data import (
 )
 from keras_transformer.data.mixing import TAG, MixedText, quotas
 from keras_transformer.data.pipeline import stream_position
-from tests.data.test_pipeline import assert_same_batches, read_multi30k, stream, tagged
+from tests.data.test_pipeline import (
+    assert_same_batches,
+    pairs_in,
+    read_multi30k,
+    stream,
+    tagged,
+)
 
 
 def write_corpus(folder, name, lines):
@@ -50,7 +56,7 @@ def tfds_corpus(tmp_path_factory):
 
 
 def sources(data):
-    return [s.decode("utf-8") for s, _ in data.as_numpy_iterator()]
+    return [s.decode("utf-8") for s, _ in pairs_in(data)]
 
 
 def test_quotas_follow_the_weights_and_fill_the_pass():
@@ -117,15 +123,18 @@ def test_a_tagged_corpus_has_the_tag_as_one_id_before_its_sources(corpora):
     in_b = set(sources(b.dataset))
     tag_id = int(tokenizer.tokenizer.string_to_id(TAG))
     assert tag_id == 4  # the first id after pad, unk, bos, eos
-    for src, tgt in mix.epoch(seed=0, epoch=0).take(300).as_numpy_iterator():
-        src, tgt = src.decode("utf-8"), tgt.decode("utf-8")
+    drawn = [(s.decode("utf-8"), t.decode("utf-8")) for s, t in pairs_in(mix.epoch(0, 0).take(300))]
+    sources_ = [src for src, _ in drawn]
+    untagged = [src.removeprefix(TAG + " ") for src in sources_]
+    # tokenized 300 at a time: SentencePiece segments each sentence on its own
+    tokenized = (tokenizer.tokenize(tf.constant(x)).to_list() for x in (sources_, untagged))
+    assert len(drawn) == 300
+    for (src, tgt), ids, plain in zip(drawn, *tokenized, strict=True):
         is_b = src.startswith(TAG + " ")
         assert is_b == (src[len(TAG) + 1 :] in in_b) and TAG not in tgt
-        ids = tokenizer.tokenize(tf.constant([src]))[0].numpy().tolist()
-        plain = tokenizer.tokenize(tf.constant([src.removeprefix(TAG + " ")]))[0]
         assert ids.count(tag_id) == int(is_b)
         if is_b:  # "▁", <BT>, then the untagged sentence's ids
-            assert ids[1] == tag_id and ids[2:] == plain.numpy().tolist()
+            assert ids[1] == tag_id and ids[2:] == plain
 
 
 @pytest.mark.parametrize("at", ["inside", "next_pass"])
@@ -158,7 +167,7 @@ def test_a_tfds_corpus_in_a_mix_is_counted_before_its_empty_pairs_are_dropped(co
     drawn = [
         (s.decode("utf-8"), t.decode("utf-8"))
         for e in range(2)
-        for s, t in mix.epoch(seed=0, epoch=e).as_numpy_iterator()
+        for s, t in pairs_in(mix.epoch(seed=0, epoch=e))
     ]
     from_tfds = [pair for pair in drawn if pair[0] not in in_a]
     assert len(drawn) - len(from_tfds) == 1800 and all(s and t for s, t in from_tfds)

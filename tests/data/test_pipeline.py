@@ -20,6 +20,12 @@ from keras_transformer.data import (
 from keras_transformer.data.pipeline import split_position, stream_position
 
 
+def pairs_in(dataset):
+    """The (source, target) pairs of `dataset`, in order, read 1,000 at a time (tf.data's
+    per-element cost, ~1 ms in eager mode, made most of these tests' time)."""
+    return [pair for batch in dataset.batch(1000).as_numpy_iterator() for pair in zip(*batch)]
+
+
 def read_multi30k(multi30k_dir, name):
     """The stripped lines of one of Multi30k's gzipped files."""
     with gzip.open(os.path.join(multi30k_dir, name), "rt", encoding="utf-8") as handle:
@@ -60,10 +66,9 @@ def test_token_budget_fixed_shapes_and_every_pair_once(setup):
             seen[tuple(row[row != 0])] += 1
     # every pair under the limit appears exactly once (by its source ids)
     expected = collections.Counter()
-    for src, tgt in pairs.dataset:
-        ids = tuple(tokenizer.tokenize(src[tf.newaxis])[0].numpy().tolist()) + (3,)
-        tgt_len = int(tf.size(tokenizer.tokenize(tgt[tf.newaxis])[0])) + 1
-        if len(ids) <= max_length and tgt_len <= max_length:
+    for (src, tgt), _ in tokenized_pairs(pairs.dataset, tokenizer):
+        ids = tuple(src) + (3,)
+        if len(ids) <= max_length and len(tgt) + 1 <= max_length:
             expected[ids] += 1
     assert seen == expected
     assert int(stats.too_long.numpy()) == 1014 - sum(expected.values()) > 0
@@ -134,11 +139,20 @@ def first_passes(corpus, tokenizer, passes=2, **kwargs):
     return [groups[e] for e in range(passes)]
 
 
+def tokenized_pairs(pairs, tokenizer):
+    """((source ids, target ids), (source, target)) of every pair of the dataset `pairs`, in
+    its order; the sentences tokenized 1,000 at a time (SentencePiece segments each sentence
+    on its own: the ids are those of one sentence at a time)."""
+    for src, tgt in pairs.batch(1000).as_numpy_iterator():
+        ids = [tokenizer.tokenize(tf.constant(x)).to_list() for x in (src, tgt)]
+        yield from zip(zip(*ids, strict=True), zip(src, tgt, strict=True), strict=True)
+
+
 def expected_rows(pairs, tokenizer, max_length):
     """Every pair as (source ids + eos, target ids + eos), those that fit `max_length`."""
     rows = collections.Counter()
-    for src, tgt in pairs.as_numpy_iterator():
-        s, t = (tokenizer.tokenize(tf.constant([x]))[0].numpy().tolist() + [3] for x in (src, tgt))
+    for (s, t), _ in tokenized_pairs(pairs, tokenizer):
+        s, t = s + [3], t + [3]
         if len(s) <= max_length and len(t) <= max_length:
             rows[(tuple(s), tuple(t))] += 1
     return rows
@@ -283,8 +297,8 @@ def test_a_file_pass_draws_from_the_whole_corpus_from_its_start(setup, tmp_path,
         paths.append(str(path))
     corpus = load_parallel("files", "train", "en", "de", files=tuple(paths))
     assert corpus.num_pairs == 4000 - 4 and len(corpus.pieces) > 8
-    stored = [tuple(p) for p in corpus.dataset.as_numpy_iterator()]
-    orders = [[tuple(p) for p in corpus.epoch(11, e).as_numpy_iterator()] for e in (0, 1)]
+    stored = pairs_in(corpus.dataset)
+    orders = [pairs_in(corpus.epoch(11, e)) for e in (0, 1)]
     for order in orders:
         assert collections.Counter(order) == collections.Counter(stored)
         first = order[: len(order) // 100]  # the first 1% of the pass
@@ -299,7 +313,7 @@ def test_a_file_pass_draws_from_the_whole_corpus_from_its_start(setup, tmp_path,
 
 def file_corpus(folder, pairs):
     """`pairs` (a ParallelText) written to two files and read back in pieces."""
-    lines = [(s.decode(), t.decode()) for s, t in pairs.dataset.as_numpy_iterator()]
+    lines = [(s.decode(), t.decode()) for s, t in pairs_in(pairs.dataset)]
     for side, lang in enumerate(("en", "de")):
         (folder / f"c.{lang}").write_text("".join(f"{p[side]}\n" for p in lines), encoding="utf-8")
     return load_parallel(
@@ -389,18 +403,15 @@ def test_a_pass_from_a_pair_on_is_the_rest_of_the_pass(setup, tmp_path, tfds_cor
     for corpus in (file_corpus(tmp_path, pairs), tfds_corpus):
         assert len(corpus.pieces) > 8 and corpus.seek is not None
         n = corpus.num_pairs
-        one, two = (
-            [tuple(p) for p in corpus.epoch(3, e, filtered=False).as_numpy_iterator()]
-            for e in (1, 2)
-        )
+        one, two = (pairs_in(corpus.epoch(3, e, filtered=False)) for e in (1, 2))
         assert len(one) == n
         starts = [137, n - 5] + ([tf.constant(300, tf.int64)] if corpus is not tfds_corpus else [])
         for start in starts:
             k = int(start)
-            got = corpus.epoch(3, 1, filtered=False, start=start).as_numpy_iterator()
-            assert [tuple(p) for p in got] == one[k:]
-        later = corpus.passes(3, n + n - 5).take(15).as_numpy_iterator()
-        assert [tuple(p) for p in later] == one[n - 5 :] + two[:10]
+            got = pairs_in(corpus.epoch(3, 1, filtered=False, start=start))
+            assert got == one[k:]
+        later = pairs_in(corpus.passes(3, n + n - 5).take(15))
+        assert later == one[n - 5 :] + two[:10]
 
 
 @pytest.mark.slow

@@ -254,10 +254,9 @@ class TrainArgs:
     # -- clusters and devices (training.strategy, training.preemption) --
     collective_timeout: float | None = flag(
         None,
-        "--strategy multi_worker: seconds without training progress (a batch, a validation "
-        "batch, an epoch boundary; counted from the end of the first batch, which traces "
-        "and compiles) before a task logs one line and exits with status 1 instead of "
-        "hanging on a dead peer; longer than one validation run on the chief",
+        "--strategy multi_worker: seconds without progress (a batch, a validation batch, an "
+        "epoch end; from the first batch's end) before a task logs one line and exits with "
+        "status 1 instead of hanging on a dead peer; longer than a validation on the chief",
         auto="no timeout",
     )
     gpu_memory_growth: bool = flag(

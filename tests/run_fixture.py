@@ -20,7 +20,11 @@ from keras_transformer.run_dir import Run
 from keras_transformer.training.step import TrainingModel
 
 
-def make_run(model_dir: str, multi30k_dir: str, steps: int = 30, vocab_size: int = 600) -> str:
+def make_run(
+    model_dir: str, multi30k_dir: str, steps: int = 30, vocab_size: int = 600, named=False
+) -> str:
+    """`named`: config.json's training settings name the dataset, as train.py writes them
+    (the export's agreement report reads the validation set from them)."""
     run = Run(model_dir)
     sentences = []
     for name in ("train.en.gz", "train.de.gz"):
@@ -29,7 +33,9 @@ def make_run(model_dir: str, multi30k_dir: str, steps: int = 30, vocab_size: int
     tokenizer = SubwordTokenizer(train_sentencepiece(sentences, vocab_size))
     run.save_tokenizer(tokenizer)
     cfg = kt.TransformerConfig.preset("tiny", vocab_size=tokenizer.vocab_size, max_length=64)
-    run.write_config({"model": cfg.to_dict(), "training": {}})
+    dataset = dict(dataset="multi30k", src_lang="en", tgt_lang="de", data_dir=multi30k_dir)
+    training = dataset if named else {}
+    run.write_config({"model": cfg.to_dict(), "training": training})
     model = TrainingModel(kt.Transformer(cfg))
     model.compile(
         optimizer=kt.paper_optimizer(cfg.d_model, 50, scale=2.0),

@@ -12,7 +12,6 @@ import tensorflow as tf
 
 from keras_transformer.inference.agreement import REPORT_FILE
 from keras_transformer.inference.export import ExportError, export_run
-from keras_transformer.run_dir import Run
 from tests.inference.test_export import ROOT, run_module, tf1_session
 from tests.run_fixture import make_run
 
@@ -23,13 +22,7 @@ SENTENCES = 12
 def run(tmp_path_factory, multi30k_dir):
     """A small run whose config.json names its dataset (as train.py writes it)."""
     base = tmp_path_factory.mktemp("formats")
-    path = make_run(str(base / "run"), multi30k_dir, steps=60)
-    config = Run(path).read_config()
-    config["training"] = {
-        "dataset": "multi30k", "src_lang": "en", "tgt_lang": "de", "data_dir": multi30k_dir,
-    }  # fmt: skip
-    Run(path).write_config(config)
-    return path
+    return make_run(str(base / "run"), multi30k_dir, steps=60, named=True)
 
 
 def report_of(path):

@@ -14,7 +14,7 @@ import tensorflow as tf
 from keras_transformer.inference.agreement import REPORT_FILE
 from keras_transformer.inference.export import AVERAGE_LAST, export_run, export_translator
 from keras_transformer.inference.translator import Translator
-from keras_transformer.run_dir import Run, load_trained
+from keras_transformer.run_dir import load_trained
 from tests.run_fixture import make_run
 
 SENTENCES = [
@@ -33,13 +33,7 @@ MAX_BATCH = 2
 @pytest.fixture(scope="module")
 def run(tmp_path_factory, multi30k_dir):
     """A small run whose config.json names its dataset (as train.py writes it)."""
-    path = make_run(str(tmp_path_factory.mktemp("run")), multi30k_dir)
-    config = Run(path).read_config()
-    config["training"] = {
-        "dataset": "multi30k", "src_lang": "en", "tgt_lang": "de", "data_dir": multi30k_dir,
-    }  # fmt: skip
-    Run(path).write_config(config)
-    return path
+    return make_run(str(tmp_path_factory.mktemp("run")), multi30k_dir, named=True)
 
 
 @pytest.fixture(scope="module")

@@ -19,6 +19,8 @@ import uuid
 import tensorflow as tf
 
 from keras_transformer.errors import KerasTransformerError
+from keras_transformer.files import write_atomic
+from keras_transformer.run_dir import Run
 
 STARTUP_TIMEOUT_S = 60  # a task's layout must be published within this (they start together)
 _KEY = "kt_startup_layout"
@@ -75,7 +77,7 @@ def check_same_layout(
     except tf.errors.OpError:
         pass  # a task gone already: the comparison below stands on what was read
     if me == tasks[0] and model_dir is not None:
-        tf.io.gfile.remove(probe_path(model_dir))
+        tf.io.gfile.remove(Run(model_dir).path(PROBE_FILE))
     compare(layouts, model_dir)
 
 
@@ -91,18 +93,13 @@ def read_layout(context, task: str, timeout_s) -> dict:
     return json.loads(value)
 
 
-def probe_path(model_dir: str) -> str:
-    return f"{model_dir.rstrip('/')}/{PROBE_FILE}"
-
-
 def write_probe(model_dir) -> str | None:
     """The chief: a new token in `model_dir`'s start-up file (None without a directory)."""
     if model_dir is None:
         return None
     token = uuid.uuid4().hex
     tf.io.gfile.makedirs(model_dir)
-    with tf.io.gfile.GFile(probe_path(model_dir), "w") as handle:
-        handle.write(token)
+    write_atomic(Run(model_dir).path(PROBE_FILE), token)  # never read half-written
     return token
 
 
@@ -111,7 +108,7 @@ def read_probe(model_dir, chief: dict) -> str | None:
     if model_dir is None or chief.get("run_dir") is None:
         return chief.get("run_dir")
     try:
-        with tf.io.gfile.GFile(probe_path(model_dir)) as handle:
+        with tf.io.gfile.GFile(Run(model_dir).path(PROBE_FILE)) as handle:
             return handle.read()
     except tf.errors.OpError:  # not found, not readable: not the chief's directory
         return None

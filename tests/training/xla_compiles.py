@@ -19,7 +19,6 @@ os.environ["XLA_FLAGS"] = f"--xla_dump_to={os.path.join(WORK, 'xla')} --xla_dump
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
 
 from keras_transformer.training.strategy import make_strategy, split_cpu  # noqa: E402
 

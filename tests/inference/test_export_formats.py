@@ -43,8 +43,8 @@ def test_the_default_export_reports_it_reproduces_the_reference(run, tmp_path, m
     assert report["export"]["dtype"] == "float32" and report["export"]["stop_rule"] == "exact"
     assert not os.path.exists(os.path.join(path, "variables", REPORT_FILE))
     # TF Serving's loader loads a version directory with the report in assets.extra: the
-    # TF1 session of test_stop_rule_is_an_export_option_and_the_report_compares_it; without
-    # sentences the report says why: test_export.py's test_layout (its export has 0)
+    # TF1 session of test_a_float16_top_rule_export_computes_in_float16_and_serves_every_rule;
+    # without sentences the report says why: test_export.py's test_layout (its export has 0)
 
 
 def assert_computes_in(path, dtype):
@@ -67,18 +67,15 @@ def assert_computes_in(path, dtype):
     assert dtype in dtypes
 
 
-def test_reduced_precision_export_computes_in_it_and_reports_agreement(run, tmp_path):
-    """float16 here; bfloat16, exported by kt-export: test_export_cli_prints_the_agreement."""
+def test_a_float16_top_rule_export_computes_in_float16_and_serves_every_rule(run, tmp_path):
+    """One export with both options (each is checked on its own terms): float16 here
+    (bfloat16, exported by kt-export: test_export_cli_prints_the_agreement), and the stop
+    rule "top" as the export's default, which a request may replace."""
     path = export_run(
-        run, str(tmp_path), max_extra_length=10, dtype="float16", agreement_sentences=SENTENCES
-    )
+        run, str(tmp_path), max_extra_length=10, dtype="float16", stop_rule="top",
+        agreement_sentences=SENTENCES,
+    )  # fmt: skip
     assert_computes_in(path, "float16")
-
-
-def test_stop_rule_is_an_export_option_and_the_report_compares_it(run, tmp_path):
-    path = export_run(
-        run, str(tmp_path), max_extra_length=10, stop_rule="top", agreement_sentences=SENTENCES
-    )
     report = report_of(path)
     assert report["export"]["stop_rule"] == "top" and report["is_reference"] is False
     # the export's default, and "" per request, is its rule; a request may ask for another
@@ -176,7 +173,7 @@ def test_export_cli_names_a_bad_format_flag(tmp_path, flags, message):
 
 def test_export_cli_prints_the_agreement(run, tmp_path):
     """kt-export --dtype bfloat16 prints the agreement, and its export computes in bfloat16
-    (the checks of test_reduced_precision_export_computes_in_it_and_reports_agreement)."""
+    (the checks of test_a_float16_top_rule_export_computes_in_float16_and_serves_every_rule)."""
     out = run_module(
         "export.py", "--model-dir", run, "--export-dir", str(tmp_path), "--max-extra-length",
         "10", "--agreement-sentences", str(SENTENCES), "--dtype", "bfloat16", check=True,

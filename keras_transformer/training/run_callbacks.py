@@ -99,7 +99,7 @@ def make_callbacks(settings, manager, model, guard, evaluation: list, job: Job) 
         *progress,  # first: its step times leave out the callbacks' work (BLEU, checkpoints)
         guard,
         *evaluation,
-        *cb.kill_switch(state),  # tests only ($KT_KILL_AT)
+        *cb.kill_switch(state, manager),  # tests only ($KT_KILL_AT)
         checkpoints,
         cb.StopAtStep(state, settings.train_steps),
         PreemptionSave(job.strategy, lambda: int(model.data_position.numpy()), checkpoints.save),

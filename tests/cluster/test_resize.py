@@ -3,7 +3,8 @@
 A run on 2 logical CPU devices (`--cpu-devices 2 --strategy mirrored`, one input stream)
 stopped by SIGTERM, resumed on 1 device (the same stream: resumed exactly, no warning) and
 as 2 local `multi_worker` processes (a stream per worker: re-sharded at the chunk start,
-one warning line per task)."""
+one warning line per task); a job of 3 local workers preempted at an epoch's last batch,
+resumed as 2 workers."""
 
 import os
 import shutil
@@ -98,3 +99,41 @@ def test_a_mirrored_run_resumes_as_two_workers_from_its_chunk_start(mirrored, tm
     final = Run(str(model_dir)).checkpoints()[-1]
     assert final.endswith("ckpt-6") and int(saved_value(final, "input_workers")) == 2
     assert list(saved_value(final, "replica_next")) == [start + 6 - SAVED] * 2
+
+
+@pytest.mark.slow
+def test_three_workers_preempted_at_an_epochs_last_batch_resume_as_two(tmp_path, multi30k_dir):
+    """3 local `multi_worker` processes, 4 steps an epoch; SIGTERM to worker 1 after batch 3
+    (the save falls on the epoch's last batch): every task exits 143, the chief's checkpoint
+    at step 4 follows that epoch's end (its epoch and BLEU events, best/). Restarted as 2
+    workers: one warning line per task naming both layouts and the chunk start S, resumed at
+    step 4 without redoing or skipping that epoch's end (each epoch event once), ending at
+    step 8 with each worker's stream at S + 4 (docs/training.md: re-sharded at S)."""
+    corpus = write_corpus(tmp_path / "corpus", multi30k_dir, 0, 600)
+    model_dir = tmp_path / "job"
+    job = command(model_dir, corpus, "--strategy", "multi_worker", "--steps-per-epoch", "4",
+                  "--train-steps", "8")  # fmt: skip
+    signal_at = {"worker:1": {KILL_AT_ENV: "3:batch:SIGTERM"}}
+    outputs = finish(start_job(("worker",) * 3, job, task_env=signal_at), codes=(143,))
+    assert all("after batch 4" in out for out in outputs.values()), outputs
+    run = Run(str(model_dir))
+    assert [p.rsplit("-", 1)[1] for p in run.checkpoints()] == ["4"]
+    events = [(r["event"], r["step"]) for r in run.read_metrics()]
+    assert events.count(("epoch", 4)) == 1 and events.count(("bleu", 4)) == 1, events
+    assert run.checkpoints(best=True)
+    saved = saved_value(run.checkpoints()[-1], "replica_next")
+    assert len(saved) == 3 and int(saved_value(run.checkpoints()[-1], "input_workers")) == 3
+    start = chunk_start(saved)
+
+    outputs = finish(start_job(("worker", "worker"), job))
+    for out in outputs.values():
+        warnings = [line for line in out.splitlines() if RESIZED in line]
+        assert len(warnings) == 1, out
+        assert "3 worker stream(s)" in warnings[0] and "2 worker stream(s)" in warnings[0]
+        assert f"(stream position {start})" in warnings[0] and "at step 4" in out
+    assert "training ended at step 8 of 8" in outputs["worker:0"]
+    events = [(r["event"], r["step"]) for r in run.read_metrics()]
+    assert events.count(("epoch", 4)) == 1 and events.count(("epoch", 8)) == 1, events
+    final = run.checkpoints()[-1]
+    assert final.endswith("ckpt-8") and int(saved_value(final, "input_workers")) == 2
+    assert list(saved_value(final, "replica_next")) == [start + 8 - 4] * 2

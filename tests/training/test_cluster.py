@@ -24,9 +24,10 @@ def free_port():
         return s.getsockname()[1]
 
 
-def start_job(layout, command, extra_env=None):
+def start_job(layout, command, extra_env=None, task_env=None):
     """One local process per task of `layout` (e.g. ("chief", "worker", "worker")), each with
-    its TF_CONFIG; returns [(task name, Popen)]."""
+    its TF_CONFIG (and `task_env[task name]`, e.g. {"worker:1": {...}}); returns
+    [(task name, Popen)]."""
     cluster = {}
     for kind in layout:
         cluster.setdefault(kind, []).append(f"127.0.0.1:{free_port()}")
@@ -35,12 +36,13 @@ def start_job(layout, command, extra_env=None):
     for kind, addresses in cluster.items():
         for index in range(len(addresses)):
             config = {"cluster": cluster, "task": {"type": kind, "index": index}}
+            own = (task_env or {}).get(f"{kind}:{index}", {})
             proc = subprocess.Popen(
                 command,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 text=True,
-                env={**env, "TF_CONFIG": json.dumps(config)},
+                env={**env, **own, "TF_CONFIG": json.dumps(config)},
                 cwd=ROOT,
             )
             tasks.append((f"{kind}:{index}", proc))

@@ -53,7 +53,7 @@ def test_close_restores_the_previous_handler():
 
 # -- whole runs: a signal at a set step and phase ($KT_KILL_AT=STEP:PHASE:SIGNAL) ------------
 
-FLAGS = ["--train-steps", "30", "--steps-per-epoch", "10", "--checkpoint-every", "1000",
+FLAGS = ["--train-steps", "30", "--steps-per-epoch", "10", "--checkpoint-every", "5",
          "--eval-every", "1000", "--warmup-steps", "10", "--log-every", "5"]  # fmt: skip
 
 
@@ -89,14 +89,16 @@ def events(model_dir):
 # (where the signal arrives, the step of the preemption checkpoint), in the order one chain
 # of restarts meets them: mid-epoch, during the epoch-end validation (one machine: saved at
 # that epoch's end), the batch before an epoch's last one (the save falls on the last batch:
-# after the epoch-end work)
-SIGNALS = [("6:batch", 7), ("10:validation", 10), ("19:batch", 20)]
+# after the epoch-end work), inside step 25's checkpoint save (its data files written, its
+# state file not yet: that save completes, the preemption saves after the next batch)
+SIGNALS = [("6:batch", 7), ("10:validation", 10), ("19:batch", 20), ("25:save", 26)]
 
 
 @pytest.mark.slow
 def test_sigterm_at_any_step_resumes_bit_for_bit(tmp_path, corpus, alone):
     """SIGTERM at a set step and phase: exit 143 with a checkpoint at `saved`, after that
-    step's epoch-end work when the step ends an epoch; the same command again resumes there
+    step's epoch-end work when the step ends an epoch, after the interrupted save (complete,
+    restorable) when the signal lands inside one; the same command again resumes there
     (each restart but the last is signalled at the next point of SIGNALS) and ends with the
     weights and optimizer slots of the run left alone, bit for bit, and metrics.jsonl holds
     every event (each epoch's end) exactly once, as the run left alone wrote them."""
@@ -111,6 +113,10 @@ def test_sigterm_at_any_step_resumes_bit_for_bit(tmp_path, corpus, alone):
         assert [p.rsplit("-", 1)[1] for p in Run(str(model_dir)).checkpoints()][-1] == str(saved)
         if saved % 10 == 0:  # the epoch's end was done before the exit, once
             assert events(model_dir).count(("epoch", saved)) == 1
+        if at.endswith(":save"):  # the save the signal interrupted is complete
+            assert f"ckpt-{saved - 1}" in Run(str(model_dir)).checkpoints()[-2]
+            said = (out.stdout + out.stderr).splitlines()
+            assert len([line for line in said if "stopped by SIGTERM" in line]) == 1
         previous = saved
     out = run(model_dir, corpus)
     assert out.returncode == 0, out.stderr[-3000:]

@@ -19,9 +19,10 @@ class KillSwitch(keras.callbacks.Callback):
     checkpoint), "validation" (as the epoch-end validation that follows the step starts),
     "epoch_end" (the epoch-end work done, before the checkpoint that follows it) or "save"
     (inside the step's checkpoint save, given the `manager`: its data files written, the
-    manager's state file not yet). Placed in the callback list just before
-    `CheckpointEvery`; made by `kill_switch()` only when $KT_KILL_AT is set, so kill tests
-    are deterministic instead of timed. With a signal
+    manager's state file not yet; every task wraps its manager, but in a multi-worker job
+    only the chief's saves, so there the phase comes on the chief alone). Placed just before
+    `CheckpointEvery` in the callback list; made by `kill_switch()` only when $KT_KILL_AT
+    is set, so kill tests are deterministic instead of timed. With a signal
     ("STEP:PHASE:SIGTERM" or ":SIGINT"), the process sends itself that signal there instead
     (a preemption or a Ctrl-C at a set step and phase) and goes on."""
 

@@ -107,8 +107,13 @@ def test_three_workers_preempted_at_an_epochs_last_batch_resume_as_two(tmp_path,
     (the save falls on the epoch's last batch): every task exits 143, the chief's checkpoint
     at step 4 follows that epoch's end (its epoch and BLEU events, best/). Restarted as 2
     workers: one warning line per task naming both layouts and the chunk start S, resumed at
-    step 4 without redoing or skipping that epoch's end (each epoch event once), ending at
-    step 8 with each worker's stream at S + 4 (docs/training.md: re-sharded at S)."""
+    step 4 without redoing or skipping that epoch's end (each epoch event once); with
+    --checkpoint-every 2 (a flag a resume may change), SIGTERM to the chief inside its
+    step-6 save (after the data files, before the state file; the chief alone saves, so a
+    non-chief has no save to signal): that save completes (ckpt-6 listed and restorable),
+    every task exits 143 with one "stopped by SIGTERM" line, the chief saved after one more
+    batch (ckpt-7). Started again, the job ends at step 8 with each epoch event once and
+    each worker's stream at S + 4 (docs/training.md: re-sharded at S)."""
     corpus = write_corpus(tmp_path / "corpus", multi30k_dir, 0, 600)
     model_dir = tmp_path / "job"
     job = command(model_dir, corpus, "--strategy", "multi_worker", "--steps-per-epoch", "4",
@@ -125,12 +130,21 @@ def test_three_workers_preempted_at_an_epochs_last_batch_resume_as_two(tmp_path,
     assert len(saved) == 3 and int(saved_value(run.checkpoints()[-1], "input_workers")) == 3
     start = chunk_start(saved)
 
-    outputs = finish(start_job(("worker", "worker"), job))
+    in_save = {"worker:0": {KILL_AT_ENV: "6:save:SIGTERM"}}  # the chief: the one that saves
+    every_2 = [*job, "--checkpoint-every", "2"]
+    tasks = start_job(("worker", "worker"), every_2, task_env=in_save)
+    outputs = finish(tasks, timeout=240, codes=(143,))  # no hang: every task within 240 s
     for out in outputs.values():
         warnings = [line for line in out.splitlines() if RESIZED in line]
         assert len(warnings) == 1, out
         assert "3 worker stream(s)" in warnings[0] and "2 worker stream(s)" in warnings[0]
         assert f"(stream position {start})" in warnings[0] and "at step 4" in out
+        assert out.count("stopped by SIGTERM") == 1, out
+    assert [p.rsplit("-", 1)[1] for p in run.checkpoints()] == ["4", "6", "7"]
+    assert int(saved_value(run.checkpoints()[1], "input_workers")) == 2  # ckpt-6 restorable
+
+    outputs = finish(start_job(("worker", "worker"), job))
+    assert all("at step 7" in out and RESIZED not in out for out in outputs.values())
     assert "training ended at step 8 of 8" in outputs["worker:0"]
     events = [(r["event"], r["step"]) for r in run.read_metrics()]
     assert events.count(("epoch", 4)) == 1 and events.count(("epoch", 8)) == 1, events

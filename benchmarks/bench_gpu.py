@@ -19,7 +19,8 @@ Modes (docs/benchmarks.md has every field):
 
 Every (mode, devices, XLA, precision) row trains in its own process, killed after
 --timeout seconds; a failed row carries its error and the last 50 lines of its stderr, and
-the command then exits 1 (after printing the JSON). Each row times --repeats windows of
+the command then exits 1 (after printing the JSON). --sweep-memory adds a micro-batch sweep
+to the memory edge against settings.memory's model (`gpu/memory.py`). Each row times --repeats windows of
 --steps steps after its warmup and reports the median, min and max throughput. The JSON's
 `environment` block records TensorFlow, CUDA, cuDNN, the GPUs, NCCL and the driver.
 """
@@ -70,8 +71,10 @@ def parse(argv=None):
     point.add_argument("--pieces-per-word", type=float, default=1.3)
     add("--decode-sentences", type=int, default=256, help="0: no decoding row")
     add("--decode-length", type=int, default=40)
+    add("--sweep-memory", action="store_true", help="micro-batch sweep to the memory edge")
+    add("--sweep-max-tokens", type=int, default=1 << 20, help="the sweep's largest micro-batch")
     add("--cpu-devices", type=int, default=1, help="logical CPUs to split (no GPU: tests)")
-    add("--child", choices=["env", "train", "decode"], help=argparse.SUPPRESS)
+    add("--child", choices=["env", "train", "decode", "memory"], help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
 
@@ -81,6 +84,11 @@ def child(opts) -> dict:
         from gpu.environment import environment
 
         return environment()
+    if opts.child == "memory":
+        from gpu.memory import child_sweep
+
+        opts.precision = opts.precision[-1]
+        return child_sweep(opts)
     from gpu.train import child_decode, child_train
 
     opts.devices = int(opts.devices[-1])
@@ -132,6 +140,10 @@ def main(argv=None) -> int:
         config = dict(devices=1, precision=opts.precision[0])
         command = child_command(script, argv, "decode", **config)
         rows.append(run_child(command, opts.timeout, {"kind": "decode", **config}))
+    if opts.sweep_memory:
+        config = dict(devices=1, precision=opts.precision[0])
+        command = child_command(script, argv, "memory", **config)
+        rows.append(run_child(command, opts.timeout, {"kind": "memory", **config}))
     report = {"environment": env, "devices_available": available, "results": rows}
     print(json.dumps(report, indent=2))
     return 1 if any("error" in row for row in [env, *rows]) else 0

@@ -10,6 +10,8 @@ import sys
 
 import pytest
 
+from keras_transformer.settings.memory import step_bytes_per_token
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
@@ -76,17 +78,28 @@ def test_bench_gpu_runs_on_cpu_and_reports_every_configuration():
 
 
 @pytest.mark.slow
-def test_fixed_mode_and_a_failed_child_as_a_row_with_its_stderr_tail():
+def test_fixed_mode_the_memory_sweep_and_a_failed_child_with_its_stderr_tail():
     code, report, _ = bench(
-        "--mode", "fixed", "--devices", "2", "3", "--rows", "4", "--length", "6",
+        "--mode", "fixed", "--devices", "1", "3", "--rows", "4", "--length", "6",
         "--repeats", "3", "--decode-sentences", "0",
+        "--sweep-memory", "--max-length", "32", "--sweep-max-tokens", "256",
     )  # fmt: skip
     assert code == 1  # a row failed: the JSON is printed all the same
-    fixed, row = report["results"]
-    # weak scaling: the batch grows with the replicas (no 1-device row: no efficiency)
-    assert fixed["devices"] == 2 and fixed["global_rows"] == 4 * 2 and "error" not in fixed
-    assert fixed["scaling"] == "weak" and fixed["efficiency"] is None
+    fixed, row, sweep = report["results"]
+    # weak scaling: one random batch of --rows rows per replica
+    assert fixed["devices"] == 1 and fixed["global_rows"] == 4 and "error" not in fixed
+    assert fixed["scaling"] == "weak" and fixed["efficiency"] == 1.0
     assert len(fixed["target_tokens_per_s"]["repeats"]) == 3 and fixed["traces"] == 1
+    # the sweep: rows doubling to the cap, each point against settings.memory's model
+    per_token = step_bytes_per_token("tiny", 64, 32, "mixed_bfloat16")
+    assert sweep["kind"] == "memory" and sweep["predicted_bytes_per_token"] == per_token
+    assert [p["tokens"] for p in sweep["points"]] == [32, 64, 128, 256]
+    for point in sweep["points"]:
+        assert point["predicted_mib"] == round(per_token * point["tokens"] / 2**20, 1)
+        assert point["peak_mib"] >= 0
+    assert sweep["points"][0]["ratio"] is None and sweep["points"][-1]["ratio"] is not None
+    assert sweep["device_type"] == "CPU" and "RSS" in sweep["measured"]
+    assert sweep["out_of_memory_at_tokens"] is None and sweep["largest_tokens_run"] == 256
     assert row["kind"] == "train" and row["devices"] == 3 and row["returncode"] == 1
     assert row["error"] == "--devices 3: only 2 devices here"
     assert row["stderr_tail"][-1] == row["error"] and not row["timed_out"]

@@ -20,7 +20,8 @@ Modes (docs/benchmarks.md has every field):
 Every (mode, devices, XLA, precision) row trains in its own process, killed after
 --timeout seconds; a failed row carries its error and the last 50 lines of its stderr, and
 the command then exits 1 (after printing the JSON). --sweep-memory adds a micro-batch sweep
-to the memory edge against settings.memory's model (`gpu/memory.py`). Each row times --repeats windows of
+to the memory edge against settings.memory's model (`gpu/memory.py`). --workers N adds a row
+of N local worker processes of one MultiWorkerMirroredStrategy job (TF_CONFIG). Each row times --repeats windows of
 --steps steps after its warmup and reports the median, min and max throughput. The JSON's
 `environment` block records TensorFlow, CUDA, cuDNN, the GPUs, NCCL and the driver.
 """
@@ -35,7 +36,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from gpu.children import child_command, run_child  # noqa: E402
+from gpu.children import child_command, run_child, run_workers  # noqa: E402
 
 PRECISIONS = ["float32", "mixed_float16", "mixed_bfloat16"]
 
@@ -71,6 +72,7 @@ def parse(argv=None):
     point.add_argument("--pieces-per-word", type=float, default=1.3)
     add("--decode-sentences", type=int, default=256, help="0: no decoding row")
     add("--decode-length", type=int, default=40)
+    add("--workers", type=int, default=0, help="also a row of N local worker processes")
     add("--sweep-memory", action="store_true", help="micro-batch sweep to the memory edge")
     add("--sweep-max-tokens", type=int, default=1 << 20, help="the sweep's largest micro-batch")
     add("--cpu-devices", type=int, default=1, help="logical CPUs to split (no GPU: tests)")
@@ -115,6 +117,22 @@ def add_efficiency(rows: list[dict]) -> None:
         row["efficiency"] = round(rate / (row["devices"] * one), 3) if one else None
 
 
+def worker_rows(opts, script: str, argv: list[str]) -> list[dict]:
+    """--workers N: per (mode, XLA, precision), one row of N local processes of one
+    `MultiWorkerMirroredStrategy` job (TF_CONFIG), one device each."""
+    rows = []
+    for mode in opts.mode:
+        for xla in opts.xla:
+            for precision in opts.precision:
+                config = dict(mode=mode, xla=xla, precision=precision)
+                command = child_command(script, argv, "train", devices=1, cpu_devices=1, **config)
+                row = {"kind": "train", "devices": opts.workers, **config}
+                row = run_workers(command, opts.workers, opts.timeout, row)
+                print(json.dumps(row), file=sys.stderr, flush=True)
+                rows.append(row)
+    return rows
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     opts = parse(argv)
@@ -135,6 +153,8 @@ def main(argv=None) -> int:
                     row = run_child(command, opts.timeout, {"kind": "train", **config})
                     print(json.dumps(row), file=sys.stderr, flush=True)
                     rows.append(row)
+    if opts.workers:
+        rows += worker_rows(opts, script, argv)
     add_efficiency(rows)
     if opts.decode_sentences:
         config = dict(devices=1, precision=opts.precision[0])

@@ -10,6 +10,8 @@ steps each; every window gives one throughput, and the row reports their median,
 from __future__ import annotations
 
 import itertools
+import json
+import os
 import resource
 import time
 
@@ -45,6 +47,29 @@ def spread(values: list[float], digits: int = 1) -> dict:
     }
 
 
+def job_workers() -> int:
+    """The tasks of this process's job (TF_CONFIG's chief and workers), 1 without one."""
+    cluster = json.loads(os.environ.get("TF_CONFIG") or "{}").get("cluster", {})
+    return max(1, len(cluster.get("chief", [])) + len(cluster.get("worker", [])))
+
+
+def make_strategy(opts):
+    """(strategy, this worker's devices): `MirroredStrategy` over the first --devices GPUs (or
+    logical CPUs), or in a job of several workers (TF_CONFIG, set by the parent's --workers)
+    `MultiWorkerMirroredStrategy` over this worker's devices (made first: collective ops must
+    be configured before TensorFlow's context starts)."""
+    import tensorflow as tf
+
+    if job_workers() > 1:
+        strategy = tf.distribute.MultiWorkerMirroredStrategy()
+        return strategy, list(strategy.extended.worker_devices)
+    pool = tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("CPU")
+    if opts.devices > len(pool):
+        raise SystemExit(f"--devices {opts.devices}: only {len(pool)} devices here")
+    devices = [d.name for d in pool[: opts.devices]]
+    return tf.distribute.MirroredStrategy(devices=devices), devices
+
+
 def child_train(opts) -> dict:
     import keras
     import tensorflow as tf
@@ -56,12 +81,11 @@ def child_train(opts) -> dict:
     from gpu import shapes
     from keras_transformer.training.step import TrainingModel
 
+    strategy, devices = make_strategy(opts)
     gpus = tf.config.list_logical_devices("GPU")
-    pool = gpus or tf.config.list_logical_devices("CPU")
-    if opts.devices > len(pool):
-        raise SystemExit(f"--devices {opts.devices}: only {len(pool)} devices here")
-    devices = [d.name for d in pool[: opts.devices]]
-    strategy = tf.distribute.MirroredStrategy(devices=devices)
+    workers = job_workers()
+    local = len(devices)  # this worker's replicas
+    opts.devices = local * workers  # every replica of the job
     set_precision(opts.precision)
     keras.utils.set_random_seed(0)
     row = {"kind": "train", "mode": opts.mode}
@@ -69,14 +93,14 @@ def child_train(opts) -> dict:
         point = shapes.operating_point(opts, opts.devices)
         row.update(point)
         cfg = kt.TransformerConfig.preset(opts.preset, vocab_size=point["vocab_size"])
-        static = opts.devices * point["accum_steps"] if opts.xla == "on" else None
-        budget = point["update_tokens"]  # one stream, split by the strategy and accumulation
+        static = local * point["accum_steps"] if opts.xla == "on" else None
+        budget = point["update_tokens"] // workers  # a worker's stream, as kt-train's
         batches = shapes.pipeline_batches(opts, cfg.vocab_size, budget, static)
         row.update(shapes.shape_summary(batches))
         warmup, accum = len(batches), point["accum_steps"]
     else:
         cfg = kt.TransformerConfig.preset(opts.preset, vocab_size=opts.vocab_size or 32000)
-        batches, warmup = fixed_batches(opts, cfg, opts.devices)
+        batches, warmup = fixed_batches(opts, cfg, local)
         accum = opts.accum_steps
 
     class Counted(TrainingModel):
@@ -103,9 +127,13 @@ def child_train(opts) -> dict:
     data = tf.data.Dataset.from_generator(
         lambda: itertools.cycle(batches), output_signature=((spec, spec), spec)
     ).prefetch(2)
+    options = tf.data.Options()  # every worker feeds its own share (kt-train's streams)
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    data = data.with_options(options)
     total = warmup + opts.repeats * opts.steps
     cycle = [batches[i % len(batches)] for i in range(total)]
-    tokens = [int(np.count_nonzero(b[1])) for b in cycle]  # target tokens, pads excluded
+    # target tokens (pads excluded) of every worker's batch: the workers' shares are alike
+    tokens = [workers * int(np.count_nonzero(b[1])) for b in cycle]
     times = []
 
     class Clock(keras.callbacks.Callback):
@@ -125,7 +153,9 @@ def child_train(opts) -> dict:
         "device_type": "GPU" if gpus else "CPU",
         "xla": opts.xla == "on",
         "accum_steps": accum,
-        "global_rows": int(batches[0][1].shape[0]) if opts.mode == "fixed" else None,
+        "strategy": "multi_worker" if workers > 1 else "mirrored",
+        "workers": workers,
+        "global_rows": workers * int(batches[0][1].shape[0]) if opts.mode == "fixed" else None,
         "target_tokens_per_s": spread(rates),
         "step_s_median": round(float(np.median(np.diff([start, *times])[warmup:])), 4),
         "first_step_s": round(times[0] - start, 2),
@@ -133,7 +163,7 @@ def child_train(opts) -> dict:
         "warmup_steps": warmup,
         "peak_device_memory_mib": round(max(peaks) / 2**20, 1) if peaks else None,
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-        "traces": Counted.calls // opts.devices,
+        "traces": Counted.calls // local,
         "xla_programs": int(micro.experimental_get_tracing_count()) if micro else 0,
         "optimizer_steps": int(model.optimizer.iterations.numpy()),
         "steps_timed": opts.repeats * opts.steps,

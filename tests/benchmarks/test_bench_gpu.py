@@ -1,6 +1,7 @@
 """benchmarks/bench_gpu.py runs as it is (here on 2 logical CPUs, tiny settings): one
 command, one JSON with the environment, every configuration's row with its repeats and
-spread, kt-train's operating point (strong scaling) and, for a failed or hung child, an error
+spread, kt-train's operating point (strong scaling, one process or a job of local workers),
+the memory sweep and, for a failed or hung child, an error
 row with its stderr tail instead of a traceback or a hang."""
 
 import json
@@ -42,7 +43,7 @@ def test_the_defaults_are_kt_trains_operating_point_with_a_bfloat16_row_and_thre
 @pytest.mark.slow
 def test_bench_gpu_runs_on_cpu_and_reports_every_configuration():
     code, report, err = bench(
-        "--mode", "kt-train", "--devices", "1", "all", "--repeats", "3", "--accum-steps", "2",
+        "--mode", "kt-train", "--devices", "1", "--workers", "2", "--repeats", "3", "--accum-steps", "2",
         "--batch-tokens", "512", "--pairs", "200", "--chunk-pairs", "80", "--max-length", "32",
         "--decode-sentences", "4", "--decode-length", "5",
     )  # fmt: skip
@@ -53,7 +54,9 @@ def test_bench_gpu_runs_on_cpu_and_reports_every_configuration():
     assert env["nvidia_driver"] is None and env["cpu_count"] >= 1  # no GPU here
     assert report["devices_available"] == 2
     train = [r for r in report["results"] if r["kind"] == "train"]
-    assert [(r["mode"], r["devices"]) for r in train] == [("kt-train", 1), ("kt-train", 2)]
+    assert [(r["strategy"], r["devices"], r["workers"]) for r in train] == [
+        ("mirrored", 1, 1), ("multi_worker", 2, 2)  # 2 local processes (TF_CONFIG), 1 CPU each
+    ]  # fmt: skip
     for row in train:
         assert "error" not in row, row
         assert row["device_type"] == "CPU" and row["peak_device_memory_mib"] is None
@@ -64,7 +67,7 @@ def test_bench_gpu_runs_on_cpu_and_reports_every_configuration():
         assert row["optimizer_steps"] == row["warmup_steps"] + 6
         assert row["traces"] == 1 and row["xla_programs"] == 0
     point1, point2 = train
-    # strong scaling: the update stays kt-train's, each replica's share halves
+    # strong scaling: the update stays kt-train's, each replica's (each worker's) share halves
     assert point1["update_tokens"] == point2["update_tokens"] == 512 * 2
     assert point1["accum_steps"] == point2["accum_steps"] == 2
     assert (point1["tokens_per_replica"], point2["tokens_per_replica"]) == (512, 256)
@@ -80,15 +83,16 @@ def test_bench_gpu_runs_on_cpu_and_reports_every_configuration():
 @pytest.mark.slow
 def test_fixed_mode_the_memory_sweep_and_a_failed_child_with_its_stderr_tail():
     code, report, _ = bench(
-        "--mode", "fixed", "--devices", "1", "3", "--rows", "4", "--length", "6",
+        "--mode", "fixed", "--devices", "2", "3", "--rows", "4", "--length", "6",
         "--repeats", "3", "--decode-sentences", "0",
         "--sweep-memory", "--max-length", "32", "--sweep-max-tokens", "256",
     )  # fmt: skip
     assert code == 1  # a row failed: the JSON is printed all the same
     fixed, row, sweep = report["results"]
-    # weak scaling: one random batch of --rows rows per replica
-    assert fixed["devices"] == 1 and fixed["global_rows"] == 4 and "error" not in fixed
-    assert fixed["scaling"] == "weak" and fixed["efficiency"] == 1.0
+    # weak scaling: one random batch of --rows rows per replica (no 1-device row: no efficiency)
+    assert fixed["devices"] == 2 and fixed["global_rows"] == 4 * 2 and "error" not in fixed
+    assert fixed["scaling"] == "weak" and fixed["efficiency"] is None
+    assert fixed["strategy"] == "mirrored"
     assert len(fixed["target_tokens_per_s"]["repeats"]) == 3 and fixed["traces"] == 1
     # the sweep: rows doubling to the cap, each point against settings.memory's model
     per_token = step_bytes_per_token("tiny", 64, 32, "mixed_bfloat16")

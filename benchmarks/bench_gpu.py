@@ -1,29 +1,29 @@
-"""The GPU run, one command away: training and decoding throughput on 1 and N devices.
+"""The GPU run, one command away: training and decoding throughput on 1 and N devices, in
+one JSON on stdout. Nothing of it has run on a GPU yet (tested on CPU only).
 
-    python benchmarks/bench_gpu.py                       # base, mixed_float16, 1 and all GPUs,
-                                                         # XLA off and on; JSON on stdout
-    python benchmarks/bench_gpu.py --devices 1 8 --xla off on --steps 50
+    python benchmarks/bench_gpu.py --mode kt-train      # kt-train's operating point: the
+                                                        # resolved budget, real shapes, 1 and
+                                                        # all GPUs, mixed_float16 and bfloat16
+    python benchmarks/bench_gpu.py --mode fixed --devices 1 8 --xla off on --steps 50
     python benchmarks/bench_gpu.py --preset tiny --cpu-devices 2 --steps 3   # on a CPU
 
-Every (devices, XLA) configuration trains in its own process (its own device memory peak,
-its own compilations) what train.py runs: the Transformer inside `TrainingModel` under
-`MirroredStrategy` over the first `devices` GPUs (logical CPUs without GPUs, see
---cpu-devices), the paper's optimizer (under mixed_float16 inside Keras'
-LossScaleOptimizer), --accum-steps micro-batches, on fixed-shape random batches
-(`--rows` x `--length` tokens per replica, so one compiled shape). Reported per
-configuration:
+Modes (docs/benchmarks.md has every field):
+  kt-train  strong scaling, as kt-train: the update's tokens as kt-train's recipe resolves
+            them for the replicas at hand (--recipe-pairs picks the recipe; --batch-tokens,
+            --tokens-per-replica, --accum-steps as kt-train's flags), shared by the replicas;
+            batches of the shapes kt-train's pipeline cuts from a corpus (Multi30k unless
+            --corpus), chunk ends included (`gpu/shapes.py`). `efficiency` =
+            throughput(N) / (N x throughput(1)).
+  fixed     weak scaling: one random batch of --rows rows per replica x --length tokens
+            (one compiled shape); `efficiency` as above, at a growing batch.
 
-    target_tokens_per_s     target tokens (all replicas) per second, median step
-    step_s_median           seconds per optimizer step after --warmup steps
-    first_step_s            the first step (tracing and, with XLA, compiling)
-    peak_device_memory_mib  the largest peak of tf.config.experimental.get_memory_info
-                            over the devices used (None on CPU: peak_rss_mib instead)
-    traces                  the training step's traces (graphs: one per input shape)
-    xla_programs            with XLA: the per-replica forward and backward programs XLA
-                            compiled (one per micro-batch shape and replica)
-
-and one decoding row: sentences/s of beam search (beam 4, `--decode-length` steps) on
-GPU:0 (or the CPU), the model's weights random. Nothing here is a quality figure.
+Every (mode, devices, XLA, precision) row trains in its own process, killed after
+--timeout seconds; a failed row carries its error and the last 50 lines of its stderr, and
+the command then exits 1 (after printing the JSON). --sweep-memory adds a micro-batch sweep
+to the memory edge against settings.memory's model (`gpu/memory.py`). --workers N adds a row
+of N local worker processes of one MultiWorkerMirroredStrategy job (TF_CONFIG). Each row times --repeats windows of
+--steps steps after its warmup and reports the median, min and max throughput. The JSON's
+`environment` block records TensorFlow, CUDA, cuDNN, the GPUs, NCCL and the driver.
 """
 
 from __future__ import annotations
@@ -31,222 +31,143 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
-import subprocess
 import sys
-import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+from gpu.children import child_command, run_child, run_workers  # noqa: E402
 
-def child_train(opts) -> dict:
-    import keras
-    import numpy as np
-    import tensorflow as tf
-
-    from keras_transformer.training.strategy import set_precision, split_cpu
-
-    split_cpu(opts.cpu_devices)
-    import keras_transformer as kt
-    from keras_transformer.training.step import TrainingModel
-
-    gpus = tf.config.list_logical_devices("GPU")
-    pool = gpus or tf.config.list_logical_devices("CPU")
-    if opts.devices > len(pool):
-        raise SystemExit(f"--devices {opts.devices}: only {len(pool)} devices here")
-    devices = [d.name for d in pool[: opts.devices]]
-    strategy = tf.distribute.MirroredStrategy(devices=devices)
-    set_precision(opts.precision)
-    keras.utils.set_random_seed(0)
-    cfg = kt.TransformerConfig.preset(opts.preset, vocab_size=opts.vocab_size)
-
-    class Counted(TrainingModel):
-        """Counts the traces of the training step (its Python runs once per trace and
-        replica)."""
-
-        calls = 0
-
-        def train_step(self, data):
-            Counted.calls += 1
-            return super().train_step(data)
-
-    with strategy.scope():
-        model = Counted(kt.Transformer(cfg), accum_steps=opts.accum_steps)
-        optimizer = kt.paper_optimizer(cfg.d_model)
-        if opts.precision == "mixed_float16":
-            optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
-        model.compile(
-            optimizer=optimizer,
-            loss=kt.LabelSmoothedCrossEntropy(cfg.label_smoothing),
-            jit_compile=opts.xla == "on",
-        )
-    rng = np.random.default_rng(0)
-    rows = opts.rows * opts.devices * opts.accum_steps  # the global batch
-    src = rng.integers(4, cfg.vocab_size, size=(rows, opts.length)).astype("int32")
-    tgt = rng.integers(4, cfg.vocab_size, size=(rows, opts.length + 1)).astype("int32")
-    data = tf.data.Dataset.from_tensors(((src, tgt[:, :-1]), tgt[:, 1:])).repeat().prefetch(2)
-
-    times = []
-
-    class Clock(keras.callbacks.Callback):
-        def on_train_batch_end(self, batch, logs=None):
-            times.append(time.perf_counter())
-
-    start = time.perf_counter()
-    model.fit(
-        data, steps_per_epoch=opts.warmup + opts.steps, epochs=1, verbose=0, callbacks=[Clock()]
-    )
-    step_s = float(np.median(np.diff([start, *times])[opts.warmup :]))
-    peaks = [tf.config.experimental.get_memory_info(d)["peak"] for d in devices if gpus]
-    return {
-        "kind": "train",
-        "preset": opts.preset,
-        "precision": opts.precision,
-        "devices": opts.devices,
-        "device_type": "GPU" if gpus else "CPU",
-        "xla": opts.xla == "on",
-        "accum_steps": opts.accum_steps,
-        "global_rows": rows,
-        "step_s_median": round(step_s, 4),
-        "target_tokens_per_s": round(rows * opts.length / step_s, 1),
-        "first_step_s": round(times[0] - start, 2),
-        "peak_device_memory_mib": round(max(peaks) / 2**20, 1) if peaks else None,
-        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-        "traces": Counted.calls // opts.devices,
-        "xla_programs": (
-            int(model._compiled_micro_batch.experimental_get_tracing_count())
-            if model._compiled_micro_batch is not None
-            else 0
-        ),
-        "optimizer_steps": int(model.optimizer.iterations.numpy()),
-        "steps_timed": opts.steps,
-    }
-
-
-def child_decode(opts) -> dict:
-    import keras
-    import numpy as np
-    import tensorflow as tf
-
-    from keras_transformer.training.strategy import set_precision
-
-    set_precision(opts.precision)
-    import keras_transformer as kt
-    from keras_transformer.inference.search import beam_search
-
-    keras.utils.set_random_seed(0)
-    cfg = kt.TransformerConfig.preset(opts.preset, vocab_size=opts.vocab_size)
-    model = kt.Transformer(cfg)
-    model.build()
-    rng = np.random.default_rng(0)
-    size = (opts.decode_sentences, opts.length)
-    source = tf.constant(rng.integers(4, cfg.vocab_size, size=size).astype("int32"))
-    steps = opts.decode_length
-
-    @tf.function
-    def translate(src):
-        memory = model.encode(src)
-        batch = tf.shape(src)[0]
-        return beam_search(
-            model.decode_step,
-            tf.fill([batch], 2),
-            model.init_cache(memory, src),
-            tf.fill([batch], steps),
-            3,
-            beam_size=4,
-            alpha=0.6,
-            min_length=steps,  # every sentence decodes `steps` tokens: a fixed workload
-        )
-
-    translate(source)  # trace
-    seconds = []
-    for _ in range(opts.decode_rounds):
-        start = time.perf_counter()
-        tf.nest.map_structure(lambda t: t.numpy(), translate(source))
-        seconds.append(time.perf_counter() - start)
-    gpus = tf.config.list_logical_devices("GPU")
-    return {
-        "kind": "decode",
-        "preset": opts.preset,
-        "precision": opts.precision,
-        "device_type": "GPU" if gpus else "CPU",
-        "beam_size": 4,
-        "sentences": opts.decode_sentences,
-        "tokens_per_sentence": steps,
-        "sentences_per_s": round(opts.decode_sentences / float(np.median(seconds)), 2),
-    }
+PRECISIONS = ["float32", "mixed_float16", "mixed_bfloat16"]
 
 
 def parse(argv=None):
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--preset", default="base")
-    parser.add_argument("--vocab-size", type=int, default=32000)
-    parser.add_argument(
-        "--precision",
-        default="mixed_float16",
-        choices=["float32", "mixed_float16", "mixed_bfloat16"],
-    )
-    parser.add_argument(
-        "--devices", nargs="+", default=["1", "all"], help="replica counts to run ('all')"
-    )
-    parser.add_argument("--xla", nargs="+", default=["off", "on"], choices=["off", "on"])
-    parser.add_argument("--rows", type=int, default=64, help="rows per replica micro-batch")
-    parser.add_argument("--length", type=int, default=40, help="source and target tokens")
-    parser.add_argument("--accum-steps", type=int, default=1)
-    parser.add_argument("--steps", type=int, default=30, help="timed steps (median reported)")
-    parser.add_argument("--warmup", type=int, default=5, help="untimed first steps")
-    parser.add_argument("--decode-sentences", type=int, default=256)
-    parser.add_argument("--decode-length", type=int, default=40)
-    parser.add_argument("--decode-rounds", type=int, default=3)
-    parser.add_argument(
-        "--cpu-devices", type=int, default=1, help="logical CPUs to split (no GPU: tests)"
-    )
-    parser.add_argument("--child", choices=["train", "decode"], help=argparse.SUPPRESS)
+    add = parser.add_argument
+    add("--mode", nargs="+", default=["kt-train"], choices=["kt-train", "fixed"])
+    add("--preset", default="base")
+    add("--vocab-size", type=int, help="default: the recipe's (kt-train), 32000 (fixed)")
+    add("--precision", nargs="+", default=["mixed_float16", "mixed_bfloat16"], choices=PRECISIONS)
+    add("--devices", nargs="+", default=["1", "all"], help="replica counts to run ('all')")
+    add("--xla", nargs="+", default=["off"], choices=["off", "on"])
+    add("--repeats", type=int, default=3, help="timed windows per row (median, min, max)")
+    add("--steps", type=int, default=30, help="optimizer steps per timed window")
+    add("--warmup", type=int, default=5, help="untimed first steps (fixed; kt-train: a pass)")
+    add("--timeout", type=float, default=3600.0, help="seconds before a child is killed")
+    fixed = parser.add_argument_group("--mode fixed")
+    fixed.add_argument("--rows", type=int, default=64, help="rows per replica micro-batch")
+    fixed.add_argument("--length", type=int, default=40, help="source and target tokens")
+    fixed.add_argument("--accum-steps", type=int, help="micro-batches per update (fixed: 1)")
+    point = parser.add_argument_group("--mode kt-train (kt-train's flags where named alike)")
+    point.add_argument("--recipe-pairs", type=int, default=4_500_000, help="corpus size seen")
+    point.add_argument("--batch-tokens", type=int)
+    point.add_argument("--tokens-per-replica", type=int)
+    point.add_argument("--micro-batch-memory", type=float)
+    point.add_argument("--max-length", type=int, default=128)
+    point.add_argument("--corpus", nargs=2, metavar=("SRC", "TGT"), help="default: Multi30k")
+    point.add_argument("--pairs", type=int, default=29000, help="the corpus's first pairs")
+    point.add_argument("--chunk-pairs", type=int, default=100_000, help="pairs per chunk")
+    point.add_argument("--pieces-per-word", type=float, default=1.3)
+    add("--decode-sentences", type=int, default=256, help="0: no decoding row")
+    add("--decode-length", type=int, default=40)
+    add("--workers", type=int, default=0, help="also a row of N local worker processes")
+    add("--sweep-memory", action="store_true", help="micro-batch sweep to the memory edge")
+    add("--sweep-max-tokens", type=int, default=1 << 20, help="the sweep's largest micro-batch")
+    add("--cpu-devices", type=int, default=1, help="logical CPUs to split (no GPU: tests)")
+    add("--child", choices=["env", "train", "decode", "memory"], help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
 
-def count_devices(cpu_devices: int) -> int:
-    """GPUs here (a child process asks TensorFlow), else the logical CPUs of --cpu-devices."""
-    code = "import tensorflow as tf; print(len(tf.config.list_physical_devices('GPU')))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    return int(out.stdout.strip().splitlines()[-1]) or cpu_devices
+def child(opts) -> dict:
+    """One child's row (the last value of each list flag is this child's)."""
+    if opts.child == "env":
+        from gpu.environment import environment
+
+        return environment()
+    if opts.child == "memory":
+        from gpu.memory import child_sweep
+
+        opts.precision = opts.precision[-1]
+        return child_sweep(opts)
+    from gpu.train import child_decode, child_train
+
+    opts.devices = int(opts.devices[-1])
+    opts.xla, opts.mode, opts.precision = opts.xla[-1], opts.mode[-1], opts.precision[-1]
+    if opts.mode == "fixed":
+        opts.accum_steps = opts.accum_steps or 1
+    return child_train(opts) if opts.child == "train" else child_decode(opts)
 
 
-def run_child(argv, kind: str, **overrides) -> dict:
-    args = list(argv)
-    for name, value in overrides.items():
-        args += [f"--{name.replace('_', '-')}", str(value)]
-    out = subprocess.run(
-        [sys.executable, __file__, *args, "--child", kind],
-        capture_output=True,
-        text=True,
-    )
-    if out.returncode != 0:
-        return {"kind": kind, **overrides, "error": out.stderr.strip().splitlines()[-1:]}
-    return json.loads(out.stdout.strip().splitlines()[-1])
+def add_efficiency(rows: list[dict]) -> None:
+    """`efficiency` = throughput(N) / (N x throughput(1)) of the same mode, XLA and
+    precision (None without a 1-device row)."""
+    single = {
+        (r["mode"], r["xla"], r["precision"]): r["target_tokens_per_s"]["median"]
+        for r in rows
+        if r.get("devices") == 1 and "error" not in r
+    }
+    for row in rows:
+        if row["kind"] != "train" or "error" in row:
+            continue
+        one = single.get((row["mode"], row["xla"], row["precision"]))
+        row["scaling"] = "strong" if row["mode"] == "kt-train" else "weak"
+        rate = row["target_tokens_per_s"]["median"]
+        row["efficiency"] = round(rate / (row["devices"] * one), 3) if one else None
 
 
-def main(argv=None) -> None:
+def worker_rows(opts, script: str, argv: list[str]) -> list[dict]:
+    """--workers N: per (mode, XLA, precision), one row of N local processes of one
+    `MultiWorkerMirroredStrategy` job (TF_CONFIG), one device each."""
+    rows = []
+    for mode in opts.mode:
+        for xla in opts.xla:
+            for precision in opts.precision:
+                config = dict(mode=mode, xla=xla, precision=precision)
+                command = child_command(script, argv, "train", devices=1, cpu_devices=1, **config)
+                row = {"kind": "train", "devices": opts.workers, **config}
+                row = run_workers(command, opts.workers, opts.timeout, row)
+                print(json.dumps(row), file=sys.stderr, flush=True)
+                rows.append(row)
+    return rows
+
+
+def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     opts = parse(argv)
     if opts.child:
-        opts.devices = int(opts.devices[-1])
-        opts.xla = opts.xla[-1]
-        print(json.dumps(child_train(opts) if opts.child == "train" else child_decode(opts)))
-        return
-    available = count_devices(opts.cpu_devices)
+        print(json.dumps(child(opts)))
+        return 0
+    script = os.path.abspath(__file__)
+    env = run_child(child_command(script, argv, "env"), opts.timeout, {"kind": "env"})
+    available = len(env.get("gpus") or []) or opts.cpu_devices
     counts = sorted({available if d == "all" else int(d) for d in opts.devices})
-    results = []
-    for devices in counts:
-        for xla in opts.xla:
-            row = run_child(argv, "train", devices=devices, xla=xla)
-            print(json.dumps(row), file=sys.stderr, flush=True)
-            results.append(row)
-    results.append(run_child(argv, "decode", devices=1, xla="off"))
-    print(json.dumps({"devices_available": available, "results": results}, indent=2))
+    rows = []
+    for mode in opts.mode:
+        for devices in counts:
+            for xla in opts.xla:
+                for precision in opts.precision:
+                    config = dict(mode=mode, devices=devices, xla=xla, precision=precision)
+                    command = child_command(script, argv, "train", **config)
+                    row = run_child(command, opts.timeout, {"kind": "train", **config})
+                    print(json.dumps(row), file=sys.stderr, flush=True)
+                    rows.append(row)
+    if opts.workers:
+        rows += worker_rows(opts, script, argv)
+    add_efficiency(rows)
+    if opts.decode_sentences:
+        config = dict(devices=1, precision=opts.precision[0])
+        command = child_command(script, argv, "decode", **config)
+        rows.append(run_child(command, opts.timeout, {"kind": "decode", **config}))
+    if opts.sweep_memory:
+        config = dict(devices=1, precision=opts.precision[0])
+        command = child_command(script, argv, "memory", **config)
+        rows.append(run_child(command, opts.timeout, {"kind": "memory", **config}))
+    report = {"environment": env, "devices_available": available, "results": rows}
+    print(json.dumps(report, indent=2))
+    return 1 if any("error" in row for row in [env, *rows]) else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -210,3 +210,36 @@ def score(hypotheses: list[str], references: list[str]) -> dict:
         "chrf_signature": str(chrf.get_signature()),
         "sentences": len(hypotheses),
     }
+
+
+def bleu_statistics(hypotheses: list[str], references: list[str]) -> list[int]:
+    """sacreBLEU's sufficient statistics of a corpus, or of one part of it: [hypothesis length,
+    reference length, matching n-grams for n = 1..4, hypothesis n-grams for n = 1..4] (zeros
+    for no sentences). Summed over the parts of a split corpus they are the whole corpus's, so
+    `bleu_from_statistics` of the sum is `score`'s BLEU of the whole, exactly."""
+    metric = sacrebleu.metrics.BLEU()
+    if not hypotheses:
+        return [0] * (2 + 2 * metric.max_ngram_order)
+    if len(hypotheses) != len(references):
+        raise EvaluationError(f"{len(hypotheses)} hypotheses but {len(references)} references")
+    result = metric.corpus_score(hypotheses, [references])
+    return [result.sys_len, result.ref_len, *result.counts, *result.totals]
+
+
+def bleu_from_statistics(statistics: list[int]) -> float:
+    """The BLEU of `bleu_statistics` (or their sum over the parts of a corpus), rounded as
+    `score` rounds it: sacreBLEU's own `BLEU.compute_bleu` with the metric's defaults."""
+    metric = sacrebleu.metrics.BLEU()
+    n = metric.max_ngram_order
+    counts = [int(value) for value in statistics]
+    result = metric.compute_bleu(
+        correct=counts[2 : 2 + n],
+        total=counts[2 + n :],
+        sys_len=counts[0],
+        ref_len=counts[1],
+        smooth_method=metric.smooth_method,
+        smooth_value=metric.smooth_value,
+        effective_order=metric.effective_order,
+        max_ngram_order=n,
+    )
+    return round(result.score, 2)

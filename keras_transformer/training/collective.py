@@ -1,9 +1,10 @@
 """What the workers of a multi-worker run agree on: a flag (any worker's), every replica's
-restored step."""
+restored step, counts summed over the workers (the validation BLEU's statistics)."""
 
 from __future__ import annotations
 
 import tensorflow as tf
+from tensorflow.python.distribute import multi_worker_util
 
 from keras_transformer.training.callback_state import TrainingError
 
@@ -32,6 +33,36 @@ def replica_steps(strategy: tf.distribute.Strategy, step: int) -> list[int]:
         )
     )
     return [int(s) for s in strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None)]
+
+
+def worker_share(strategy: tf.distribute.Strategy | None) -> tuple[int, int]:
+    """(index, count) of this worker among the job's: TensorFlow's own numbering
+    (`multi_worker_util.id_in_cluster`: a "chief" task first, then the workers), the one the
+    strategy numbers its replicas by; (0, 1) outside multi-worker runs."""
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return 0, 1
+    resolver = strategy.cluster_resolver
+    spec = resolver.cluster_spec()
+    index = multi_worker_util.id_in_cluster(spec, resolver.task_type, resolver.task_id)
+    return index, multi_worker_util.worker_count(spec, resolver.task_type)
+
+
+def sum_over_workers(strategy: tf.distribute.Strategy | None, counts: list[int]) -> list[int]:
+    """Each worker's `counts` (integers, the same length everywhere) summed over the workers:
+    one collective in multi-worker runs (every worker must call it at the same point), the
+    counts themselves elsewhere. Each worker adds its counts once, on its first replica (the
+    others add zeros); float64 keeps sums below 2**53 exact."""
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return list(counts)
+    first = worker_share(strategy)[0] * len(strategy.extended.worker_devices)
+    zeros = [0] * len(counts)
+    value = strategy.experimental_distribute_values_from_function(
+        lambda context: tf.constant(
+            counts if context.replica_id_in_sync_group == first else zeros, tf.float64
+        )
+    )
+    total = strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None)
+    return [int(round(float(v))) for v in total.numpy()]
 
 
 def check_same_step(steps: list[int], tasks: list[str]) -> None:

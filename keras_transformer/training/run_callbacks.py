@@ -6,6 +6,7 @@ list `fit` runs, in Keras' order."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 import sys
 
 import tensorflow as tf
@@ -13,12 +14,15 @@ import tensorflow as tf
 from keras_transformer.run_dir import LOG_DIR
 from keras_transformer.training import callbacks as cb
 from keras_transformer.training import ema
+from keras_transformer.training.collective import worker_share
 from keras_transformer.training.job import Job
 from keras_transformer.training.model_state import training_checkpoint
 from keras_transformer.training.preemption import PreemptionSave
 from keras_transformer.training.progress import ProgressLog
 from keras_transformer.training.step import TrainingModel
 from keras_transformer.training.watchdog import ProgressWatchdog
+
+logger = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,24 +55,27 @@ def bookkeeping(job: Job, prep, model: TrainingModel) -> Bookkeeping:
 def make_bleu_callback(
     job: Job, settings, model, tokenizer, valid, *, metrics, guard, progress
 ) -> cb.BleuEvaluation:
-    """Validation BLEU (the chief translates; every worker takes part in the stop decision)."""
+    """Validation BLEU: every worker translates its share of the sentences (w, w + N, ... for
+    worker w of N; all of them in one process) and takes part in the sum and the stop."""
     from keras_transformer.inference.translator import Translator
     from keras_transformer.settings.decoding import DecodingOptions
 
-    sources, references, translate = [], [], None
-    if job.chief:
-        pairs = valid.dataset
-        if settings.eval_sentences:
-            pairs = pairs.take(settings.eval_sentences)
-        for src, tgt in pairs.as_numpy_iterator():
-            sources.append(src.decode("utf-8"))
-            references.append(tgt.decode("utf-8"))
-        options = DecodingOptions(beam_size=settings.eval_beam_size)
-        translate = Translator(model.transformer, tokenizer, options)
+    pairs = valid.dataset
+    if settings.eval_sentences:
+        pairs = pairs.take(settings.eval_sentences)
+    pairs = [(src.decode("utf-8"), tgt.decode("utf-8")) for src, tgt in pairs.as_numpy_iterator()]
+    index, count = worker_share(job.strategy)
+    share = pairs[index::count]
+    if count > 1:
+        logger.info(
+            "validation BLEU: sentences %d, %d + %d, ... of %d (share %d of %d, %d sentences)",
+            index, index, count, len(pairs), index + 1, count, len(share),
+        )  # fmt: skip
+    options = DecodingOptions(beam_size=settings.eval_beam_size)
     return cb.BleuEvaluation(
-        translate,
-        sources,
-        references,
+        Translator(model.transformer, tokenizer, options),
+        [src for src, _ in share],
+        [tgt for _, tgt in share],
         every=settings.eval_every,
         best_dir=job.shared.path("best") if job.chief else None,
         model=model.transformer,
@@ -80,6 +87,7 @@ def make_bleu_callback(
         averaged=lambda: ema.swapped(model.transformer, model.optimizer),
         guard=guard,
         progress=progress,
+        chief=job.chief,
     )
 
 

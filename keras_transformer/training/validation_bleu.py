@@ -11,7 +11,7 @@ import keras
 import tensorflow as tf
 
 from keras_transformer.training.checkpointing import NonFiniteLossGuard
-from keras_transformer.training.collective import agree_any
+from keras_transformer.training.collective import agree_any, sum_over_workers
 from keras_transformer.training.metrics_log import MetricsLogger
 
 logger = logging.getLogger(__name__)
@@ -40,8 +40,11 @@ class BleuEvaluation(keras.callbacks.Callback):
     gain are variables (`self.progress`), saved with the training checkpoints, so a resumed run
     neither overwrites `best/` with a worse model nor forgets its patience.
 
-    In a multi-worker run every worker holds this callback; only the chief translates
-    (`translate_fn` is None elsewhere), and the decision to stop is a collective, so every
+    In a multi-worker run every worker holds this callback with its own share of the
+    sentences (`sources`, `references`): each translates its share, sacreBLEU's sufficient
+    statistics are summed over the workers (one collective) and every worker computes the
+    same BLEU from the sum, the BLEU of the whole set. The chief alone writes (best/, the
+    TensorBoard scalar, metrics.jsonl); the decision to stop is a collective too, so every
     worker stops at the same step.
     """
 
@@ -63,6 +66,7 @@ class BleuEvaluation(keras.callbacks.Callback):
         averaged=None,
         guard: NonFiniteLossGuard | None = None,
         progress: BleuProgress | None = None,
+        chief: bool = True,
     ):
         super().__init__()
         self.averaged = averaged or contextlib.nullcontext
@@ -73,7 +77,7 @@ class BleuEvaluation(keras.callbacks.Callback):
         self.strategy = strategy
         self.writer = (
             tf.summary.create_file_writer(os.path.join(log_dir, "validation"))
-            if log_dir and translate_fn is not None
+            if log_dir and chief
             else None
         )
         self.progress = progress or BleuProgress()
@@ -110,24 +114,31 @@ class BleuEvaluation(keras.callbacks.Callback):
         return all(bool(tf.reduce_all(tf.math.is_finite(w))) for w in self.transformer.weights)
 
     def evaluate(self) -> dict:
-        from keras_transformer.inference.evaluation import score
+        """{"bleu": the BLEU of every worker's share together}: a collective in multi-worker
+        runs; in one process, `evaluation.score`'s BLEU of the sentences, exactly."""
+        from keras_transformer.inference import evaluation
 
         hypotheses = []
         for i in range(0, len(self.sources), self.batch_size):
             out = self.translate_fn(tf.constant(self.sources[i : i + self.batch_size]))
             hypotheses += [t.decode("utf-8") for t in out["outputs"].numpy()]
-        return score(hypotheses, self.references)
+        statistics = evaluation.bleu_statistics(hypotheses, self.references)
+        total = sum_over_workers(self.strategy, statistics)
+        return {
+            "bleu": evaluation.bleu_from_statistics(total),
+            "hypothesis_length": total[0],
+            "reference_length": total[1],
+        }
 
     def _judge(self, logs) -> bool:
-        """Evaluate (chief) and return True when patience has run out."""
-        if self.translate_fn is None:
-            return False
+        """Evaluate (every worker its share) and return True when patience has run out."""
         with self.averaged():
             return self._judge_weights(logs)
 
     def _judge_weights(self, logs) -> bool:
         step = self.state.step
-        bleu = self.evaluate()["bleu"]
+        result = self.evaluate()
+        bleu = result["bleu"]
         self.last_bleu = bleu
         if logs is not None:
             logs["val_bleu"] = bleu
@@ -135,7 +146,10 @@ class BleuEvaluation(keras.callbacks.Callback):
             with self.writer.as_default():
                 tf.summary.scalar("bleu", bleu, step=step)
         self.metrics.write("bleu", {"val_bleu": bleu})
-        logger.info("\nstep %d: validation BLEU %.2f", step, bleu)
+        logger.info(
+            "\nstep %d: validation BLEU %.2f (hypothesis/reference length %s/%s)",
+            step, bleu, result.get("hypothesis_length"), result.get("reference_length"),
+        )  # fmt: skip
         if bleu > float(self.progress.best.numpy()) and self._weights_finite():
             self.progress.best.assign(bleu)
             self.progress.best_step.assign(step)

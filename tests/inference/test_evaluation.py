@@ -1,9 +1,14 @@
+import gzip
 import math
+import os
 
 import pytest
+import sacrebleu
 
 from keras_transformer.inference.evaluation import (
     EvaluationError,
+    bleu_from_statistics,
+    bleu_statistics,
     length_order,
     score,
     translate_all,
@@ -25,6 +30,36 @@ def test_a_better_hypothesis_scores_higher():
     good = score(["Two dogs play in snow.", "A man rides a bike."], refs)
     bad = score(["Dogs snow.", "A bike man."], refs)
     assert good["bleu"] > bad["bleu"] and good["chrf"] > bad["chrf"]
+
+
+def noisy_hypotheses(references):
+    """Hypotheses of every kind a young model writes: exact, shortened, reordered, empty."""
+    out = []
+    for i, ref in enumerate(references):
+        words = ref.split()
+        out.append([ref, " ".join(words[: len(words) // 2]), " ".join(words[::-1]), ""][i % 4])
+    return out
+
+
+@pytest.mark.parametrize("shards", [1, 2, 3, 7, 60])
+def test_bleu_of_summed_shard_statistics_is_the_whole_sets_bleu(shards, multi30k_dir):
+    """Validation BLEU in a multi-worker run: each worker scores its share (sentences w,
+    w + N, ...), the statistics are summed; the BLEU is sacreBLEU's of the whole set, exactly
+    (also with more shards than sentences: empty shares add zeros)."""
+    with gzip.open(os.path.join(multi30k_dir, "val.de.gz"), "rt", encoding="utf-8") as handle:
+        references = [next(handle).rstrip("\n") for _ in range(40)]
+    hypotheses = noisy_hypotheses(references)
+    parts = [bleu_statistics(hypotheses[w::shards], references[w::shards]) for w in range(shards)]
+    summed = [sum(column) for column in zip(*parts)]
+    assert summed == bleu_statistics(hypotheses, references)
+    whole = sacrebleu.corpus_bleu(hypotheses, [references]).score
+    assert 0 < whole < 100
+    assert bleu_from_statistics(summed) == round(whole, 2) == score(hypotheses, references)["bleu"]
+
+
+def test_bleu_statistics_of_no_sentences_are_zeros_and_score_zero():
+    assert bleu_statistics([], []) == [0] * 10
+    assert bleu_from_statistics([0] * 10) == 0.0
 
 
 def test_length_order_is_longest_first_and_a_permutation():

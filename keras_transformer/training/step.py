@@ -27,8 +27,8 @@ import keras
 import tensorflow as tf
 
 from keras_transformer.errors import KerasTransformerError
-from keras_transformer.training.collective import all_reduce_sum, step_sums
 from keras_transformer.losses import LabelSmoothedCrossEntropy
+from keras_transformer.training.collective import all_reduce_sum, step_sums
 
 NONFINITE = "nonfinite"  # float16 steps: 1.0 when the step's loss was NaN/Inf on a replica
 

@@ -1,5 +1,6 @@
-"""What the workers of a multi-worker run agree on: a flag (any worker's), every replica's
-restored step, counts summed over the workers (the validation BLEU's statistics)."""
+"""What the replicas agree on: in a training step, the sums of its scalars (`step_sums`, one
+all-reduce); between steps, a flag (any worker's), every replica's restored step, counts
+summed over the workers (the validation BLEU's statistics)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,39 @@ import tensorflow as tf
 from tensorflow.python.distribute import multi_worker_util
 
 from keras_transformer.training.callback_state import TrainingError
+
+
+def all_reduce_sum(value):
+    """Sum over replicas inside a distribution strategy; identity outside one."""
+    context = tf.distribute.get_replica_context()
+    if context is None or context.num_replicas_in_sync == 1:
+        return value
+    return context.all_reduce(tf.distribute.ReduceOp.SUM, value)
+
+
+def step_sums(tokens, positions=None):
+    """(the global token count, every replica's largest stream position in replica order
+    (replicas,) int64, or None without `positions`) from this replica's `tokens` (a float
+    count) and the (B,) stream positions of its rows (-1 for none).
+
+    One all-reduce of a float64 vector: the count, then each replica's position in a slot
+    of its own (zero elsewhere), which sums to the all-gather it replaces. Integers below
+    2**53 stay exact in float64, and the count comes back in `tokens`' dtype exactly below
+    2**24 tokens per step."""
+    local = None
+    if positions is not None:
+        local = tf.reduce_max(tf.concat([tf.cast(positions, tf.int64), [-1]], axis=0))
+    context = tf.distribute.get_replica_context()
+    if context is None or context.num_replicas_in_sync == 1:
+        return tokens, None if local is None else local[tf.newaxis]
+    packed = tf.cast(tokens, tf.float64)[tf.newaxis]
+    if local is not None:
+        slot = tf.one_hot(
+            context.replica_id_in_sync_group, context.num_replicas_in_sync, dtype=tf.float64
+        )
+        packed = tf.concat([packed, slot * tf.cast(local, tf.float64)], axis=0)
+    total = all_reduce_sum(packed)
+    return tf.cast(total[0], tokens.dtype), None if local is None else tf.cast(total[1:], tf.int64)
 
 
 def agree_any(strategy: tf.distribute.Strategy | None, flag: bool) -> bool:

@@ -40,7 +40,7 @@ def bookkeeping(job: Job, prep, model: TrainingModel) -> Bookkeeping:
     """The metrics log, the checkpoint and its manager, the NaN guard and the BLEU callback
     of `prep` (a `preparation.Preparation`), built in the order they depend on each other."""
     settings = prep.settings
-    metrics = cb.MetricsLogger(job.shared, cb.StepState(model), settings.log_every, job.chief)
+    metrics = cb.MetricsLogger(job.shared, cb.StepState.of(model), settings.log_every, job.chief)
     progress = cb.BleuProgress()
     checkpoint = training_checkpoint(model, progress)
     manager = job.shared.checkpoint_manager(checkpoint, max_to_keep=settings.keep_checkpoints)
@@ -79,7 +79,7 @@ def make_bleu_callback(
         every=settings.eval_every,
         best_dir=job.shared.path("best") if job.chief else None,
         model=model.transformer,
-        state=cb.StepState(model),
+        state=cb.StepState.of(model),
         metrics=metrics,
         log_dir=job.shared.path(LOG_DIR),
         patience=settings.patience,
@@ -95,7 +95,7 @@ def make_callbacks(settings, manager, model, guard, evaluation: list, job: Job) 
     """Keras runs callbacks in this order: a checkpoint taken at an evaluation step must
     already hold that evaluation's best score. The chief alone saves checkpoints; after a
     SIGTERM to any worker, every worker stops at the same batch, the chief saves there."""
-    state = cb.StepState(model)
+    state = cb.StepState.of(model)  # first in the list: the step read once per batch
     checkpoints = cb.CheckpointEvery(manager, state, settings.checkpoint_every, guard, job.chief)
     timeout = settings.collective_timeout
     watchdog = [ProgressWatchdog(timeout)] if timeout and job.multi_worker else []
@@ -103,6 +103,7 @@ def make_callbacks(settings, manager, model, guard, evaluation: list, job: Job) 
     lines = fit_verbosity(settings) == 2 and job.chief
     progress = [ProgressLog(state, settings.train_steps, settings.log_every)] if lines else []
     return [
+        state,
         *watchdog,  # --collective-timeout: no progress for that long ends the process
         *progress,  # first: its step times leave out the callbacks' work (BLEU, checkpoints)
         guard,

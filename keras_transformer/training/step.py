@@ -28,35 +28,9 @@ import tensorflow as tf
 
 from keras_transformer.errors import KerasTransformerError
 from keras_transformer.losses import LabelSmoothedCrossEntropy
+from keras_transformer.training.collective import all_reduce_sum, step_sums
 
 NONFINITE = "nonfinite"  # float16 steps: 1.0 when the step's loss was NaN/Inf on a replica
-
-
-def all_reduce_sum(value):
-    """Sum over replicas inside a distribution strategy; identity outside one."""
-    context = tf.distribute.get_replica_context()
-    if context is None or context.num_replicas_in_sync == 1:
-        return value
-    return context.all_reduce(tf.distribute.ReduceOp.SUM, value)
-
-
-def replica_positions(positions):
-    """(replicas,) the largest stream position of each replica's rows, in replica id order."""
-    local = tf.reduce_max(tf.concat([tf.cast(positions, tf.int64), [-1]], axis=0))
-    context = tf.distribute.get_replica_context()
-    if context is None or context.num_replicas_in_sync == 1:
-        return local[tf.newaxis]
-    return context.all_gather(local[tf.newaxis], axis=0)
-
-
-def last_position(positions):
-    """The largest stream position in the global batch: over this replica's rows, then over
-    every replica and worker (each worker reads its own share of the stream's batches)."""
-    local = tf.reduce_max(tf.concat([tf.cast(positions, tf.int64), [-1]], axis=0))
-    context = tf.distribute.get_replica_context()
-    if context is None or context.num_replicas_in_sync == 1:
-        return local
-    return tf.reduce_max(context.all_gather(local[tf.newaxis], axis=0))
 
 
 class TrainingModel(keras.Model):
@@ -135,27 +109,30 @@ class TrainingModel(keras.Model):
     def train_step(self, data):
         (source_ids, target_in_ids), target_out_ids = data[:2]
         local_tokens = tf.reduce_sum(tf.cast(tf.not_equal(target_out_ids, 0), tf.float32))
-        global_tokens = tf.maximum(all_reduce_sum(local_tokens), 1.0)
+        # one all-reduce: the global token count and every replica's last stream position
+        global_tokens, positions = step_sums(local_tokens, data[2] if len(data) > 2 else None)
         grads, loss_sum = self.compute_gradients(
-            source_ids, target_in_ids, target_out_ids, global_tokens
+            source_ids, target_in_ids, target_out_ids, tf.maximum(global_tokens, 1.0)
         )
-        grads = self._agree_on_finite(grads)
+        scaled = isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer)
+        if scaled:  # float16: one all-reduce of the gradients' and the loss's finite flags
+            finite = tf.math.is_finite(loss_sum)
+            grads, bad = self._agree_on_finite(grads, finite)
         self.optimizer.apply(grads, self.transformer.trainable_variables)
         self.data_position.assign_add(1)
-        if len(data) > 2:  # stream positions of the rows (data.training_batches)
-            self.data_next.assign(last_position(data[2]) + 1)
+        if positions is not None:  # stream positions of the rows (data.training_batches)
+            self.data_next.assign(tf.reduce_max(positions) + 1)
             if self.replica_next is not None:
-                self.replica_next.assign(replica_positions(data[2]) + 1)
-        if not isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer):
-            return self._record_loss(loss_sum, local_tokens)
+                self.replica_next.assign(positions + 1)
+        if not scaled:
+            return self._pack_logs(self._record_loss(loss_sum, local_tokens))
         # float16: a non-finite loss (its step skipped by the loss scaler) stays out of the
         # epoch's mean loss, and the step says it was non-finite on some replica
-        finite = tf.math.is_finite(loss_sum)
         results = self._record_loss(
             tf.where(finite, loss_sum, 0.0), tf.where(finite, local_tokens, 0.0)
         )
-        bad = all_reduce_sum(1.0 - tf.cast(finite, tf.float32)) > 0.0
-        return {**results, NONFINITE: tf.reshape(tf.cast(bad, tf.float32), results["loss"].shape)}
+        flag = tf.reshape(tf.cast(bad, tf.float32), results["loss"].shape)
+        return self._pack_logs({**results, NONFINITE: flag})
 
     def compile(self, *args, jit_compile=False, **kwargs):
         """Keras' compile; `jit_compile=True` compiles each micro-batch's forward and
@@ -240,35 +217,58 @@ class TrainingModel(keras.Model):
             results = tf.nest.map_structure(lambda v: tf.reshape(v, [1]), results)
         return results
 
+    def _pack_logs(self, results):
+        """Multi-worker: the step's logs as one (1, n) tensor, so that Keras' reduction of
+        the step outputs across workers (keras/src/backend/tensorflow/trainer.py:
+        reduce(MEAN, axis=0), two collectives per output) costs two collectives, not two per
+        log; `make_train_function` names them again. Elsewhere Keras reduces locally."""
+        if not isinstance(self.distribute_strategy, tf.distribute.MultiWorkerMirroredStrategy):
+            return results
+        self._log_names = list(results)
+        values = [tf.reshape(tf.cast(results[n], tf.float32), [1]) for n in self._log_names]
+        return {"packed_logs": tf.concat(values, axis=0)[tf.newaxis]}
+
+    def make_train_function(self, force=False):
+        if self.train_function is not None and not force:
+            return self.train_function
+        super().make_train_function(force=force)
+        if isinstance(self.distribute_strategy, tf.distribute.MultiWorkerMirroredStrategy):
+            packed = self.train_function
+
+            def unpacked(iterator):
+                values = tf.reshape(packed(iterator)["packed_logs"], [-1])
+                return {name: values[i] for i, name in enumerate(self._log_names)}
+
+            self.train_function = unpacked
+        return self.train_function
+
     # -- Keras workarounds ------------------------------------------------------------------
 
-    def _agree_on_finite(self, grads):
-        """With float16 loss scaling on several replicas, make every replica see non-finite
-        gradients when any replica has them.
+    def _agree_on_finite(self, grads, loss_finite):
+        """With float16 loss scaling, make every replica see non-finite gradients when any
+        replica has them; returns (gradients, "the loss was non-finite on some replica").
 
         Keras workaround: `LossScaleOptimizer._tf_apply` (keras/src/optimizers/
         loss_scale_optimizer.py, merge-call path, taken by MirroredStrategy) decides
         "gradients finite?" from replica 0's gradients *before* the all-reduce, which happens
         later inside the inner optimizer; with MultiWorkerMirroredStrategy (no merge call)
         each replica decides alone. An overflow on replica 1 only would then be all-reduced
-        into the weights and the loss scale would not drop. One scalar all-reduce of "any
-        non-finite?" and a NaN added to one gradient where it is true makes every replica's
-        check see the global answer; the gradients themselves are all-reduced once, as usual.
+        into the weights and the loss scale would not drop. One all-reduce of the two flags
+        "gradients non-finite?" and "loss non-finite?" and a NaN added to one gradient where
+        the first is true makes every replica's check see the global answer; the gradients
+        themselves are all-reduced once, as usual.
         """
+        loss_bad = 1.0 - tf.cast(loss_finite, tf.float32)
         context = tf.distribute.get_replica_context()
-        if (
-            not isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer)
-            or context is None
-            or context.num_replicas_in_sync == 1
-        ):
-            return grads
-        local_bad = tf.cast(tf.logical_not(self.optimizer.check_finite(grads)), tf.float32)
-        any_bad = all_reduce_sum(local_bad) > 0.0
-        poison = tf.where(any_bad, float("nan"), 0.0)
+        if context is None or context.num_replicas_in_sync == 1:
+            return grads, loss_bad > 0.0
+        grads_bad = tf.cast(tf.logical_not(self.optimizer.check_finite(grads)), tf.float32)
+        any_bad = all_reduce_sum(tf.stack([grads_bad, loss_bad])) > 0.0
+        poison = tf.where(any_bad[0], float("nan"), 0.0)
         smallest = min(range(len(grads)), key=lambda i: grads[i].shape.num_elements() or 0)
         grads = list(grads)
         grads[smallest] = grads[smallest] + tf.cast(poison, grads[smallest].dtype)
-        return grads
+        return grads, any_bad[1]
 
     def _maybe_symbolic_build(self, iterator=None, data_batch=None):
         # Keras workaround: keras/src/backend/tensorflow/trainer.py builds the model under a

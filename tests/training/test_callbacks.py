@@ -323,3 +323,30 @@ def test_workers_that_restored_different_steps_are_named():
     with pytest.raises(cb.TrainingError, match=r"chief:0 at step 40, worker:1 at step 0;"):
         cb.check_same_step([40, 40, 0], ["chief:0", "worker:0", "worker:1"])
     assert cb.replica_steps(tf.distribute.get_strategy(), 7) == [7]
+
+
+def test_the_step_is_read_once_per_batch_by_all_callbacks():
+    """The callbacks after the shared StepState get the step it read at the batch's end: one
+    `.numpy()` per batch however many callbacks read it (each callback read it itself)."""
+    import keras
+
+    class Reader(keras.callbacks.Callback):
+        def __init__(self, state):
+            super().__init__()
+            self.state, self.seen = state, []
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.seen.append((self.state.step, self.state.step))
+
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    state = cb.StepState.of(model)
+    assert cb.StepState.of(model) is state
+    readers = [Reader(state), Reader(state)]
+    stop = cb.StopAtStep(state, 100)
+    x = np.ones((6, 2), "float32")
+    model.fit(x, x[:, :1], batch_size=2, epochs=1, verbose=0, callbacks=[state, *readers, stop])
+    assert readers[0].seen == readers[1].seen == [(1, 1), (2, 2), (3, 3)]
+    assert state.reads == 3
+    model.optimizer.iterations.assign(7)  # outside a batch, the variable itself
+    assert state.step == 7 and state.reads == 4

@@ -43,3 +43,19 @@ def test_one_device_and_two_cpus_drop_the_same_pairs_and_read_the_same_batches(
         )
     assert dropped[0] == dropped[1] > 0
     assert positions[0] == positions[1] == [3, 3]
+
+
+@pytest.mark.slow
+def test_a_step_issues_at_most_three_scalar_collectives_besides_the_gradients():
+    """Under the collective strategy of `--strategy multi_worker` (2 logical CPUs, Keras'
+    cross-worker reduction of the logs traced too), one replica's step issued 9 scalar
+    collectives in float32 (token count, two all-gathers of two ops each, two per log) and 13
+    with float16 loss scaling (two finite flags, one more log); the step scalars now go in one
+    all-reduce, the flags in one, the logs in one Keras reduction (two ops). The gradients
+    stay one batched all-reduce."""
+    result = run_script("replica_collectives.py")
+    float32, float16 = result["float32"], result["mixed_float16"]
+    assert float32["replicas"] == float16["replicas"] == 2
+    assert float32["gradients"] == float16["gradients"] == 1
+    assert float32["scalars"] == {"CollectiveReduceV2": 3}
+    assert float16["scalars"] == {"CollectiveReduceV2": 4}

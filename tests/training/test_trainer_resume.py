@@ -3,12 +3,34 @@ killed before its first checkpoint restarts from nothing, and a flag that would 
 run is refused (training.trainer). On a Multi30k folder of 400 training pairs
 (mini_multi30k_dir)."""
 
+import contextlib
+import logging
 import os
 
 import pytest
 
+from keras_transformer.cli.train import main
 from keras_transformer.run_dir import Run
-from tests.training.trainer_runs import checkpoint_values, events, run_train, tensorboard_steps
+from tests.training.trainer_runs import (
+    checkpoint_values,
+    events,
+    run_train,
+    tensorboard_steps,
+    train_cmd,
+)
+
+
+@contextlib.contextmanager
+def command_logging():
+    """kt-train's main configures the package logger for a process of its own: put it back."""
+    logger = logging.getLogger("keras_transformer")
+    handlers, level, propagate = list(logger.handlers), logger.level, logger.propagate
+    try:
+        yield
+    finally:
+        logger.handlers[:] = handlers
+        logger.setLevel(level)
+        logger.propagate = propagate
 
 
 @pytest.mark.slow
@@ -32,7 +54,7 @@ def test_resume_restores_the_loss_scale(tmp_path, mini_multi30k_dir):
 
 @pytest.mark.slow
 def test_a_kill_before_the_first_checkpoint_then_flags_that_would_change_the_run(
-    tmp_path, mini_multi30k_dir
+    tmp_path, mini_multi30k_dir, capsys
 ):
     """Killed after the first epoch's end work (its events written) and before its
     checkpoint, the run restarts from nothing: each event and TensorBoard summary once. On
@@ -52,16 +74,20 @@ def test_a_kill_before_the_first_checkpoint_then_flags_that_would_change_the_run
     assert tensorboard_steps(model_dir, "epoch_loss") == [5]
 
     assert "settings (config.json):" in out.stdout  # logged at INFO, the default --log-level
+    # the refusals: kt-train's main in this process (the command line train.py runs, its
+    # exit status and stderr; no process of its own, as they stop before any training)
     for flag, value, saved in (
         ("--warmup-steps", "50", "30"),
         ("--dropout-rate", "0.3", "0.2"),
         ("--precision", "mixed_float16", "float32"),
     ):
-        out = run_train(
-            model_dir, mini_multi30k_dir, "--train-steps", "6", flag, value, check=False
-        )
-        assert out.returncode == 2 and "Traceback" not in out.stderr
-        assert f"{flag} {value} differs from {saved} in {model_dir}/config.json" in out.stderr
+        argv = train_cmd(model_dir, mini_multi30k_dir, "--train-steps", "6", flag, value)[2:]
+        with command_logging():
+            status = main(argv, prog="train.py")
+        err = capsys.readouterr().err
+        assert status == 2 and "Traceback" not in err
+        assert f"{flag} {value} differs from {saved} in {model_dir}/config.json" in err
+        assert err.startswith("train.py: error: ") and len(err.strip().splitlines()) == 1
     # flags that only continue the run are fine; --log-level WARNING hides the INFO lines,
     # not the command's output (the summary)
     out = run_train(

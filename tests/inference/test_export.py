@@ -561,19 +561,8 @@ def test_warmup_records_ask_every_signature_and_run(exported, session):
     assert not any("error" in result for result in session["warmup"])
 
 
-def test_export_cli_names_a_bad_model_dir(tmp_path):
-    out = subprocess.run(
-        [
-            sys.executable,
-            os.path.join(ROOT, "export.py"),
-            "--model-dir",
-            str(tmp_path / "nope"),
-            "--export-dir",
-            str(tmp_path / "exports"),
-        ],
-        capture_output=True,
-        text=True,
-    )
+def test_export_cli_names_a_bad_model_dir(flag_errors):
+    out = flag_errors[1]["bad-model-dir"]  # export.py --model-dir {tmp}/nope
     assert out.returncode == 2
     assert "config.json not found" in out.stderr and "Traceback" not in out.stderr
 
@@ -741,18 +730,44 @@ def test_export_defaults_are_the_librarys():
     assert args.average_last == AVERAGE_LAST == 5
 
 
-@pytest.mark.parametrize(
-    "flags, message",
-    [
-        (["--beam-size", "0"], "--beam-size: beam_size must be in [1, 64], got 0"),
-        (["--alpha", "-1"], "--alpha: alpha must be a finite number >= 0, got -1.0"),
-        (["--version", "0"], "--version must be >= 1, got 0"),
-    ],
-)
-def test_export_cli_names_a_bad_flag(tmp_path, flags, message):
-    out = run_module(
-        "export.py", "--model-dir", str(tmp_path), "--export-dir", str(tmp_path), *flags
+EXPORT_BAD = [
+    (["--beam-size", "0"], "--beam-size: beam_size must be in [1, 64], got 0"),
+    (["--alpha", "-1"], "--alpha: alpha must be a finite number >= 0, got -1.0"),
+    (["--version", "0"], "--version must be >= 1, got 0"),
+]
+
+
+@pytest.fixture(scope="module")
+def flag_errors(tmp_path_factory):
+    """kt-export's runs on bad flags or a missing run (no export needed), from one process
+    tree as `commands`: (their folder, {name: CompletedProcess}); each run has a folder of
+    its own, {folder}/{name}."""
+    base = tmp_path_factory.mktemp("flag_errors")
+    jobs = {}
+    for i, (flags, _) in enumerate(EXPORT_BAD):
+        (base / f"bad-{i}").mkdir()
+        folder = str(base / f"bad-{i}")
+        jobs[f"bad-{i}"] = (
+            ("export.py", "--model-dir", folder, "--export-dir", folder, *flags),
+            None,
+        )
+    (base / "bad-model-dir").mkdir()
+    folder = base / "bad-model-dir"
+    argv = (
+        "export.py",
+        "--model-dir",
+        str(folder / "nope"),
+        "--export-dir",
+        str(folder / "exports"),
     )
+    jobs["bad-model-dir"] = (argv, None)
+    return base, run_commands(base, jobs)
+
+
+@pytest.mark.parametrize("case", range(len(EXPORT_BAD)), ids=[f[0] for f, _ in EXPORT_BAD])
+def test_export_cli_names_a_bad_flag(flag_errors, case):
+    _, message = EXPORT_BAD[case]
+    out = flag_errors[1][f"bad-{case}"]
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert out.stderr.strip().splitlines()[-1] == f"export.py: error: {message}"
 

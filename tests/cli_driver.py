@@ -6,8 +6,9 @@ its traceback on stderr). A case costs its own work, not the 10-17 s of imports.
 
 `python -m tests.cli_driver jobs.json results.json`: jobs.json is a list of
 `{"argv", "stdin" (a file or null), "env", "cwd", "watch" (folders)}`; results.json gets, per
-job, `{"returncode", "stderr" (text), "after"}` where `after` is `snapshot(*watch)` taken as
-soon as the case ended. Used by tests/test_cli_failures.py.
+job, `{"returncode", "stdout" (its bytes as latin-1 text), "stderr" (text), "after"}` where
+`after` is `snapshot(*watch)` taken as soon as the case ended. Used by
+tests/test_cli_failures.py and by the command tests of tests/inference/test_export.py.
 """
 
 from __future__ import annotations
@@ -88,9 +89,11 @@ def run(job: dict) -> dict:
         if pid == 0:
             child(job, out.fileno(), err.fileno())
         _, status = os.waitpid(pid, 0)
+        out.seek(0)
         err.seek(0)
         return {
             "returncode": os.waitstatus_to_exitcode(status),
+            "stdout": out.read().decode("latin-1"),
             "stderr": err.read().decode("utf-8", "replace"),
             "after": snapshot(*job["watch"]),
         }

@@ -325,20 +325,31 @@ def chunk_of(index):
     return index >> 20  # pipeline.CHUNK_BITS
 
 
+@pytest.fixture(scope="module")
+def chunked(setup, tmp_path_factory):
+    """A corpus of Multi30k's validation pairs read in pieces, and the first 160 batches of
+    its training stream in chunks of 150 raw pairs (pipeline.CHUNK_PAIRS, patched here and in
+    the tests for their own streams), made once for the tests below: (corpus, tagged batches)."""
+    tokenizer, pairs = setup
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(pipeline, "CHUNK_PAIRS", 150, raising=False)
+        corpus = file_corpus(tmp_path_factory.mktemp("chunked"), pairs)
+        full, _ = stream(corpus, tokenizer)
+        return corpus, tagged(full.take(160))
+
+
 @pytest.mark.parametrize("at", ["inside", "chunk_end", "next_pass"])
 def test_a_pass_in_chunks_sees_every_pair_once_and_restarts_exactly(
-    setup, tmp_path, monkeypatch, at
+    setup, chunked, monkeypatch, at
 ):
     """A pass cut into chunks of 150 raw pairs (100,000 in training) of a corpus read in 64
     pieces: every pass sees every pair once, chunk by chunk; starting at the position a batch
     carries gives the uninterrupted stream from that batch: inside a chunk, at a chunk's last
     batch (the next position is past the chunk's end) and inside the second pass."""
     monkeypatch.setattr(pipeline, "CHUNK_PAIRS", 150, raising=False)
-    tokenizer, pairs = setup
-    corpus = file_corpus(tmp_path, pairs)
+    tokenizer, _ = setup
+    corpus, batches = chunked  # the stream's first 160 batches
     assert corpus.num_pairs == 1014 and len(corpus.pieces) > 8  # 7 chunks per pass
-    full, _ = stream(corpus, tokenizer)
-    batches = tagged(full.take(160))
     first_pass = [index for epoch, index, _ in batches if epoch == 0]
     assert [chunk_of(i) for i in first_pass] == sorted(chunk_of(i) for i in first_pass)
     assert {chunk_of(i) for i in first_pass} == set(range(7))
@@ -375,15 +386,14 @@ class CountingTokenizer:
             return self.inner.tokenize(tf.identity(text))
 
 
-def test_a_restart_tokenizes_its_own_chunk_not_what_came_before(setup, tmp_path, monkeypatch):
+def test_a_restart_tokenizes_its_own_chunk_not_what_came_before(setup, chunked, monkeypatch):
     """Restarted at the last batch of a pass of 7 chunks of 150 raw pairs, the stream
     tokenizes that chunk (114 pairs) and what it prefetches after it, not the 900 pairs of
     the chunks before it: a resume costs about one chunk, whatever the corpus size."""
     monkeypatch.setattr(pipeline, "CHUNK_PAIRS", 150, raising=False)
-    tokenizer, pairs = setup
-    corpus = file_corpus(tmp_path, pairs)
-    full, _ = stream(corpus, tokenizer)
-    batches = tagged(full.take(120))
+    tokenizer, _ = setup
+    corpus, batches = chunked
+    batches = batches[:120]  # the stream's first 120 batches
     k = sum(1 for epoch, _, _ in batches if epoch == 0) - 1
     epoch, index, batch = batches[k]
     counting = CountingTokenizer(tokenizer)

@@ -561,19 +561,8 @@ def test_warmup_records_ask_every_signature_and_run(exported, session):
     assert not any("error" in result for result in session["warmup"])
 
 
-def test_export_cli_names_a_bad_model_dir(tmp_path):
-    out = subprocess.run(
-        [
-            sys.executable,
-            os.path.join(ROOT, "export.py"),
-            "--model-dir",
-            str(tmp_path / "nope"),
-            "--export-dir",
-            str(tmp_path / "exports"),
-        ],
-        capture_output=True,
-        text=True,
-    )
+def test_export_cli_names_a_bad_model_dir(flag_errors):
+    out = flag_errors[1]["bad-model-dir"]  # export.py --model-dir {tmp}/nope
     assert out.returncode == 2
     assert "config.json not found" in out.stderr and "Traceback" not in out.stderr
 
@@ -584,31 +573,147 @@ def run_module(*args, **kwargs):
     )
 
 
-def test_export_cli_merges_models_config_and_says_what_it_wrote(exported, tmp_path):
-    """kt-export beside version 1 of another export: it writes the next version, 2, merges
-    models.config and says what it wrote."""
+def run_commands(base, jobs):
+    """{name: CompletedProcess} of `python *argv` (from ROOT) for each job {name: (argv,
+    stdin bytes or None)}, run by one tests/cli_driver.py: TensorFlow is imported once and
+    each command runs in a child forked from that process, with its own argv, stdin, stdout,
+    stderr and exit status. stdout is the command's bytes; stderr is text."""
+    from tests.cli_contract import run_command
+
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([ROOT, *filter(None, [env.get("PYTHONPATH")])])
+    specs = []
+    for name, (argv, stdin) in jobs.items():
+        if stdin is not None:
+            (base / f"{name}.stdin").write_bytes(stdin)
+        stdin_file = str(base / f"{name}.stdin") if stdin is not None else None
+        specs.append(dict(argv=list(argv), stdin=stdin_file, env=env, cwd=ROOT, watch=[]))
+    (base / "jobs.json").write_text(json.dumps(specs))
+    driver = run_command(
+        ["-m", "tests.cli_driver", str(base / "jobs.json"), str(base / "out.json")]
+    )
+    assert driver.returncode == 0, driver.stderr.decode("utf-8", "replace")[-3000:]
+    results = json.loads((base / "out.json").read_text())
+    return {
+        name: subprocess.CompletedProcess(
+            argv, r["returncode"], r["stdout"].encode("latin-1"), r["stderr"]
+        )
+        for (name, (argv, _)), r in zip(jobs.items(), results, strict=True)
+    }
+
+
+def text(out):
+    """The command's stdout as text, once it exited 0 (as `check=True` would)."""
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout.decode("utf-8")
+
+
+TRANSLATE = ("-m", "keras_transformer.cli.translate", "--model")
+EVALUATE = ("-m", "keras_transformer.cli.evaluate", "--model")
+SCORE = ("-m", "keras_transformer.cli.score", "--model")
+PREFIXES = ["Ein", "", "Zwei", "", "", "Hunde"]
+EVALUATE_BAD = [
+    (["--ref", "{missing}"], "{missing} not found"),
+    (["--beam-size", "0"], "--beam-size: beam_size must be in [1, 64], got 0"),
+    (["--batch-size", "0"], "--batch-size must be >= 1, got 0"),
+    (["--model", "{tmp}"], "no saved_model.pb in {tmp}: is it an export version?"),
+]
+SAMPLINGS = (("1", "64"), ("1", "2"), ("9", "64"))  # (seed, batch size)
+
+
+@pytest.fixture(scope="module")
+def commands(exported, tmp_path_factory):
+    """The runs of kt-export, kt-translate, kt-evaluate and kt-score of the tests below, on
+    the module's export, from one process tree (tests/cli_driver.py: the 10-17 s import of
+    TensorFlow once, not once per command): (their folder, {name: CompletedProcess})."""
     import shutil
 
-    run, _, first = exported
-    export_dir = tmp_path / "exports"
+    run, _, path = exported
+    base = tmp_path_factory.mktemp("commands")
+    files = {
+        "in.txt": "\n".join(SOURCES) + "\n",
+        "ref.txt": "\n".join(reversed(SOURCES)) + "\n",  # any fixed references
+        "prefix.txt": "\n".join(PREFIXES) + "\n",
+        "tgt.txt": "\n".join(SCORE_TARGETS) + "\n",
+        "cut.txt": "\n".join([*SENTENCES, " ".join(["word"] * 700)]) + "\n",
+    }
+    for name, content in files.items():
+        (base / name).write_text(content)
+    (base / "raw.txt").write_bytes(INVALID_UTF8)
+    src, cut = str(base / "in.txt"), str(base / "cut.txt")
+    export_dir = base / "exports"  # beside version 1 of another export
     export_dir.mkdir()
     (export_dir / "models.config").write_text(OTHER_MODELS)
-    shutil.copytree(first, export_dir / "transformer" / "1")
-    out = run_module("export.py", "--model-dir", run, "--export-dir", str(export_dir), check=True)
+    shutil.copytree(path, export_dir / "transformer" / "1")
+    jobs = {
+        "export": (("export.py", "--model-dir", run, "--export-dir", str(export_dir)), None),
+        "translate": ((*TRANSLATE, path, "--input", src, "--batch-size", "2"), None),
+        "translate_greedy": (
+            (
+                *TRANSLATE,
+                path,
+                "--input",
+                src,
+                "--beam-size",
+                "1",
+                "--alpha",
+                "0",
+                "--max-extra-length",
+                "10",
+            ),
+            None,
+        ),  # fmt: skip
+        "evaluate": (
+            (*EVALUATE, path, "--src", src, "--ref", str(base / "ref.txt"), "--batch-size", "4"),
+            None,
+        ),
+        "score": (
+            (*SCORE, path, "--src", src, "--tgt", str(base / "tgt.txt"), "--batch-size", "2"),
+            None,
+        ),
+        "prefixes": (
+            (*TRANSLATE, path, "--input", src, "--prefix-file", str(base / "prefix.txt")),
+            None,
+        ),
+        "stdin": ((*TRANSLATE, path), INVALID_UTF8),
+        "invalid_utf8_file": ((*TRANSLATE, path, "--input", str(base / "raw.txt")), None),
+        "evaluate_cut": ((*EVALUATE, path, "--src", cut, "--ref", cut, "--beam-size", "1"), None),
+        "score_cut": ((*SCORE, path, "--src", cut, "--tgt", cut), None),
+    }
+    for seed, batch in SAMPLINGS:
+        jobs[f"sample-{seed}-{batch}"] = (
+            (*TRANSLATE, path, "--input", src, "--sample-topk", "5", "--temperature", "1.2",
+             "--seed", seed, "--batch-size", batch),
+            None,
+        )  # fmt: skip
+    for i, (flags, _) in enumerate(EVALUATE_BAD):
+        folder = base / f"evaluate-bad-{i}"
+        folder.mkdir()
+        (folder / "in.txt").write_text("A girl.\n")
+        fill = {"missing": str(folder / "nope.txt"), "tmp": str(folder)}
+        argv = [*EVALUATE, path, "--src", str(folder / "in.txt"), "--ref", str(folder / "in.txt")]
+        jobs[f"evaluate-bad-{i}"] = ((*argv, *[f.format(**fill) for f in flags]), None)
+    return base, run_commands(base, jobs)
+
+
+def test_export_cli_merges_models_config_and_says_what_it_wrote(commands):
+    """kt-export beside version 1 of another export: it writes the next version, 2, merges
+    models.config and says what it wrote."""
+    base, outputs = commands
+    export_dir = base / "exports"
+    stdout = text(outputs["export"])
     assert sorted(os.listdir(export_dir / "transformer")) == ["1", "2"]
     path = str(export_dir / "transformer" / "2")
-    assert f"{path}: " in out.stdout and "MiB on disk" in out.stdout
-    assert os.path.join(path, "saved_model.pb") in out.stdout
+    assert f"{path}: " in stdout and "MiB on disk" in stdout
+    assert os.path.join(path, "saved_model.pb") in stdout
     assert (
         "signature translate_with_options: (alpha float32[None], beam_size int32[None], "
         "inputs string[None], max_extra_length int32[None], num_hypotheses int32[None], "
         "target_prefix string[None]) -> (outputs string[None, None], "
         "scores float32[None, None], truncated bool[None])"
-    ) in out.stdout
-    assert "signature translate_with_stop_rule: (alpha float32[None], " in out.stdout
-    assert "signature serving_default: (inputs string[None]) -> (outputs string[None]" in (
-        out.stdout
-    )
+    ) in stdout
+    assert "signature translate_with_stop_rule: (alpha float32[None], " in stdout
+    assert "signature serving_default: (inputs string[None]) -> (outputs string[None]" in stdout
     config = (export_dir / "models.config").read_text()
     assert config == models_config("transformer", "/models/transformer", OTHER_MODELS)
 
@@ -625,18 +730,44 @@ def test_export_defaults_are_the_librarys():
     assert args.average_last == AVERAGE_LAST == 5
 
 
-@pytest.mark.parametrize(
-    "flags, message",
-    [
-        (["--beam-size", "0"], "--beam-size: beam_size must be in [1, 64], got 0"),
-        (["--alpha", "-1"], "--alpha: alpha must be a finite number >= 0, got -1.0"),
-        (["--version", "0"], "--version must be >= 1, got 0"),
-    ],
-)
-def test_export_cli_names_a_bad_flag(tmp_path, flags, message):
-    out = run_module(
-        "export.py", "--model-dir", str(tmp_path), "--export-dir", str(tmp_path), *flags
+EXPORT_BAD = [
+    (["--beam-size", "0"], "--beam-size: beam_size must be in [1, 64], got 0"),
+    (["--alpha", "-1"], "--alpha: alpha must be a finite number >= 0, got -1.0"),
+    (["--version", "0"], "--version must be >= 1, got 0"),
+]
+
+
+@pytest.fixture(scope="module")
+def flag_errors(tmp_path_factory):
+    """kt-export's runs on bad flags or a missing run (no export needed), from one process
+    tree as `commands`: (their folder, {name: CompletedProcess}); each run has a folder of
+    its own, {folder}/{name}."""
+    base = tmp_path_factory.mktemp("flag_errors")
+    jobs = {}
+    for i, (flags, _) in enumerate(EXPORT_BAD):
+        (base / f"bad-{i}").mkdir()
+        folder = str(base / f"bad-{i}")
+        jobs[f"bad-{i}"] = (
+            ("export.py", "--model-dir", folder, "--export-dir", folder, *flags),
+            None,
+        )
+    (base / "bad-model-dir").mkdir()
+    folder = base / "bad-model-dir"
+    argv = (
+        "export.py",
+        "--model-dir",
+        str(folder / "nope"),
+        "--export-dir",
+        str(folder / "exports"),
     )
+    jobs["bad-model-dir"] = (argv, None)
+    return base, run_commands(base, jobs)
+
+
+@pytest.mark.parametrize("case", range(len(EXPORT_BAD)), ids=[f[0] for f, _ in EXPORT_BAD])
+def test_export_cli_names_a_bad_flag(flag_errors, case):
+    _, message = EXPORT_BAD[case]
+    out = flag_errors[1][f"bad-{case}"]
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert out.stderr.strip().splitlines()[-1] == f"export.py: error: {message}"
 
@@ -648,65 +779,38 @@ SOURCES = SENTENCES + [
 ]
 
 
-def test_translate_keeps_input_order_and_shows_progress(exported, trained, tmp_path):
-    path = exported[2]
-    src = tmp_path / "in.txt"
-    src.write_text("\n".join(SOURCES) + "\n")
-    out = run_module(
-        "-m", "keras_transformer.cli.translate", "--model", path, "--input", str(src),
-        "--batch-size", "2", check=True,
-    )  # fmt: skip
+def test_translate_keeps_input_order_and_shows_progress(trained, commands):
+    out = commands[1]["translate"]  # --batch-size 2
     expected = trained[2](max_extra_length=10)(tf.constant(SOURCES))
     # batched by length (not input order), written back in input order
-    assert out.stdout.splitlines() == [t.decode() for t in expected["outputs"].numpy()]
+    assert text(out).splitlines() == [t.decode() for t in expected["outputs"].numpy()]
     assert f"{len(SOURCES)}/{len(SOURCES)}" in out.stderr  # the progress bar
     assert "warning" not in out.stderr  # no input cut, no note (see the test below)
     # per-request options: beam 1 through translate_with_options
-    greedy = run_module(
-        "-m", "keras_transformer.cli.translate", "--model", path, "--input", str(src),
-        "--beam-size", "1", "--alpha", "0", "--max-extra-length", "10", check=True,
-    )  # fmt: skip
+    greedy = text(commands[1]["translate_greedy"])
     one = trained[2](beam_size=1, alpha=0.0, max_extra_length=10)
     expected = one(tf.constant(SOURCES))["outputs"].numpy()
-    assert greedy.stdout.splitlines() == [t.decode() for t in expected]
+    assert greedy.splitlines() == [t.decode() for t in expected]
 
 
-def test_evaluate_scores_the_translations_in_order(exported, trained, tmp_path):
+def test_evaluate_scores_the_translations_in_order(trained, commands):
     from keras_transformer.inference.evaluation import score
 
-    path = exported[2]
-    src, ref = tmp_path / "in.txt", tmp_path / "ref.txt"
-    src.write_text("\n".join(SOURCES) + "\n")
     references = list(reversed(SOURCES))  # any fixed references: the BLEU must be theirs
-    ref.write_text("\n".join(references) + "\n")
-    out = run_module(
-        "-m", "keras_transformer.cli.evaluate", "--model", path, "--src", str(src),
-        "--ref", str(ref), "--batch-size", "4", check=True,
-    )  # fmt: skip
-    result = json.loads(out.stdout)
+    assert (commands[0] / "ref.txt").read_text().splitlines() == references
+    result = json.loads(text(commands[1]["evaluate"]))  # --batch-size 4
     hyps = trained[2](max_extra_length=10)(tf.constant(SOURCES))["outputs"]
     expected = score([h.decode() for h in hyps.numpy()], references)
     assert result["bleu"] == expected["bleu"] and result["chrf"] == expected["chrf"]
     assert result["sentences"] == len(SOURCES) and result["target_tokens_per_s"] > 0
 
 
-@pytest.mark.parametrize(
-    "flags, message",
-    [
-        (["--ref", "{missing}"], "{missing} not found"),
-        (["--beam-size", "0"], "--beam-size: beam_size must be in [1, 64], got 0"),
-        (["--batch-size", "0"], "--batch-size must be >= 1, got 0"),
-        (["--model", "{tmp}"], "no saved_model.pb in {tmp}: is it an export version?"),
-    ],
-)
-def test_evaluate_names_the_bad_flag_or_file(exported, tmp_path, flags, message):
-    _, _, path = exported
-    src = tmp_path / "in.txt"
-    src.write_text("A girl.\n")
-    fill = {"missing": str(tmp_path / "nope.txt"), "tmp": str(tmp_path)}
-    argv = ["--model", path, "--src", str(src), "--ref", str(src)]
-    argv += [f.format(**fill) for f in flags]
-    out = run_module("-m", "keras_transformer.cli.evaluate", *argv)
+@pytest.mark.parametrize("case", range(len(EVALUATE_BAD)), ids=[f[0] for f, _ in EVALUATE_BAD])
+def test_evaluate_names_the_bad_flag_or_file(commands, case):
+    _, message = EVALUATE_BAD[case]
+    folder = commands[0] / f"evaluate-bad-{case}"
+    fill = {"missing": str(folder / "nope.txt"), "tmp": str(folder)}
+    out = commands[1][f"evaluate-bad-{case}"]
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert out.stderr.strip().splitlines()[-1] == f"kt-evaluate: error: {message.format(**fill)}"
 
@@ -894,17 +998,9 @@ def score_cli_requests(path, trained=None):
     return [{"signature": "score", "inputs": SOURCES, "options": {"targets": as_sent}}]
 
 
-def test_score_cli_writes_json_lines_in_input_order(exported, session, tmp_path):
-    _, _, path = exported
-    src, tgt = tmp_path / "src.txt", tmp_path / "tgt.txt"
-    src.write_text("\n".join(SOURCES) + "\n")
-    targets = SCORE_TARGETS
-    tgt.write_text("\n".join(targets) + "\n")
-    out = run_module(
-        "-m", "keras_transformer.cli.score", "--model", path, "--src", str(src),
-        "--tgt", str(tgt), "--batch-size", "2", check=True,
-    )  # fmt: skip
-    lines = [json.loads(line) for line in out.stdout.splitlines()]
+def test_score_cli_writes_json_lines_in_input_order(session, commands):
+    out = commands[1]["score"]  # --batch-size 2
+    lines = [json.loads(line) for line in text(out).splitlines()]
     (expected,) = session["score_cli"]
     assert [line["score"] for line in lines] == pytest.approx(expected["scores"], abs=1e-3)
     for line in lines:
@@ -913,50 +1009,34 @@ def test_score_cli_writes_json_lines_in_input_order(exported, session, tmp_path)
         assert all(0 <= j < len(line["source_tokens"]) for j in line["alignment"])
 
 
-def test_translate_samples_and_completes_prefixes(exported, tmp_path):
-    _, _, path = exported
-    src, prefixes = tmp_path / "in.txt", tmp_path / "prefix.txt"
-    src.write_text("\n".join(SOURCES) + "\n")
-    prefixes.write_text("\n".join(["Ein", "", "Zwei", "", "", "Hunde"]) + "\n")
-    argv = ["-m", "keras_transformer.cli.translate", "--model", path, "--input", str(src)]
-    completed = run_module(*argv, "--prefix-file", str(prefixes), check=True).stdout.splitlines()
-    for text, prefix in zip(completed, ["Ein", "", "Zwei", "", "", "Hunde"]):
-        assert text.startswith(prefix)
-    sampled = [
-        run_module(
-            *argv,
-            "--sample-topk",
-            "5",
-            "--temperature",
-            "1.2",
-            "--seed",
-            seed,
-            "--batch-size",
-            batch,
-            check=True,
-        ).stdout  # fmt: skip
-        for seed, batch in (("1", "64"), ("1", "2"), ("9", "64"))
-    ]
+def test_translate_samples_and_completes_prefixes(commands):
+    completed = text(commands[1]["prefixes"]).splitlines()
+    assert len(completed) == len(PREFIXES)
+    for line, prefix in zip(completed, PREFIXES):
+        assert line.startswith(prefix)
+    # --sample-topk 5 --temperature 1.2 with each (seed, batch size)
+    sampled = [text(commands[1][f"sample-{seed}-{batch}"]) for seed, batch in SAMPLINGS]
     assert sampled[0] == sampled[1] != sampled[2]  # the seed, not the batching, decides
 
 
-def test_translate_replaces_invalid_utf8_on_stdin_as_in_files(exported, tmp_path):
+INVALID_UTF8 = (
+    "\n".join([*SENTENCES, " ".join(["word"] * 700)]) + "\n"
+).encode() + b"caf\xc3 \xff broken\nA dog.\n"
+
+
+def test_translate_replaces_invalid_utf8_on_stdin_as_in_files(commands):
     """Invalid UTF-8 is replaced on stdin as in a file; and (the kt-translate part of
     test_commands_report_the_inputs_cut_on_stderr, on the same runs) a 700-word line does
     not fit the model's 64 positions: kt-translate says how many inputs were cut."""
-    _, _, path = exported
-    long = " ".join(["word"] * 700)
-    raw = ("\n".join([*SENTENCES, long]) + "\n").encode() + b"caf\xc3 \xff broken\nA dog.\n"
     n = len(SENTENCES) + 3
-    (tmp_path / "in.txt").write_bytes(raw)
-    argv = ["-m", "keras_transformer.cli.translate", "--model", path]
-    from_stdin = run_module(*argv, input=raw.decode("latin-1"), encoding="latin-1")
-    from_file = run_module(*argv, "--input", str(tmp_path / "in.txt"), check=True)
+    assert INVALID_UTF8.count(b"\n") == n and b"caf\xc3 \xff" in INVALID_UTF8
+    from_stdin = commands[1]["stdin"]
+    from_file = commands[1]["invalid_utf8_file"]
     assert from_stdin.returncode == 0, from_stdin.stderr
-    assert from_stdin.stdout.encode("latin-1").decode("utf-8") == from_file.stdout
+    assert text(from_stdin) == text(from_file)
     note = f"warning: 1 of {n} inputs were longer than the export's limit"
     assert f"kt-translate: {note}" in from_file.stderr
-    assert len(from_file.stdout.splitlines()) == n
+    assert len(text(from_file).splitlines()) == n
 
 
 def test_client_fills_per_sentence_vectors_with_the_librarys_defaults():
@@ -1009,24 +1089,17 @@ def test_tokenization_is_pinned_to_the_cpu_in_the_graph(exported):
     assert resources and all("CPU:0" in r.device for r in resources), resources
 
 
-def test_commands_report_the_inputs_cut_on_stderr(exported, tmp_path):
+def test_commands_report_the_inputs_cut_on_stderr(commands):
     """A 700-word line does not fit the model's 64 positions: kt-evaluate and kt-score say
     how many inputs were cut (one line on stderr), and kt-evaluate's JSON too (kt-translate:
     test_translate_replaces_invalid_utf8_on_stdin_as_in_files)."""
-    _, _, path = exported
-    src = tmp_path / "in.txt"
-    src.write_text("\n".join([*SENTENCES, " ".join(["word"] * 700)]) + "\n")
     n = len(SENTENCES) + 1
+    assert len((commands[0] / "cut.txt").read_text().splitlines()) == n
     note = f"warning: 1 of {n} inputs were longer than the export's limit"
-    out = run_module(
-        "-m", "keras_transformer.cli.evaluate", "--model", path, "--src", str(src),
-        "--ref", str(src), "--beam-size", "1",
-    )  # fmt: skip
+    out = commands[1]["evaluate_cut"]  # --beam-size 1
     assert out.returncode == 0 and f"kt-evaluate: {note}" in out.stderr
     assert json.loads(out.stdout)["truncated_inputs"] == 1
-    out = run_module(
-        "-m", "keras_transformer.cli.score", "--model", path, "--src", str(src), "--tgt", str(src)
-    )
+    out = commands[1]["score_cut"]
     assert out.returncode == 0
     assert f"kt-score: warning: 1 of {n} sources were longer" in out.stderr
     # without a long input, no note: test_translate_keeps_input_order_and_shows_progress

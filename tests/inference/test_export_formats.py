@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from keras_transformer.inference.agreement import REPORT_FILE
 from keras_transformer.inference.export import ExportError, export_run
-from tests.inference.test_export import ROOT, run_module, tf1_session
+from tests.inference.test_export import ROOT, run_commands, run_module, tf1_session
 from tests.run_fixture import make_run
 
 SENTENCES = 12
@@ -153,22 +153,37 @@ def test_the_library_refuses_xla_for_a_format_with_its_own_search(tmp_path):
     assert not os.listdir(tmp_path)
 
 
-@pytest.mark.parametrize(
-    "flags, message",
-    [
-        (["--quantization", "int8"], "--quantization applies to --format ctranslate2 only"),
-        (["--format", "ctranslate2", "--dtype", "bfloat16"], "--dtype applies to --format"),
-        (["--agreement-sentences", "-1"], "--agreement-sentences must be >= 0 (0: skip), got -1"),
-    ],
-)
-def test_export_cli_names_a_bad_format_flag(tmp_path, flags, message):
-    out = run_module(
-        "export.py", "--model-dir", str(tmp_path), "--export-dir", str(tmp_path), *flags
-    )
+FORMAT_BAD = [
+    (["--quantization", "int8"], "--quantization applies to --format ctranslate2 only"),
+    (["--format", "ctranslate2", "--dtype", "bfloat16"], "--dtype applies to --format"),
+    (["--agreement-sentences", "-1"], "--agreement-sentences must be >= 0 (0: skip), got -1"),
+]
+
+
+@pytest.fixture(scope="module")
+def format_flag_errors(tmp_path_factory):
+    """kt-export's runs on each bad format flag, from one process tree (tests/cli_driver.py:
+    TensorFlow imported once): {case: (its folder, CompletedProcess)}."""
+    base = tmp_path_factory.mktemp("format_flags")
+    jobs, folders = {}, {}
+    for case, (flags, _) in enumerate(FORMAT_BAD):
+        folder = folders[case] = base / f"bad-{case}"
+        folder.mkdir()
+        argv = ("export.py", "--model-dir", str(folder), "--export-dir", str(folder), *flags)
+        jobs[f"bad-{case}"] = (argv, None)
+    (base / "driver").mkdir()
+    done = run_commands(base / "driver", jobs)
+    return {case: (folder, done[f"bad-{case}"]) for case, folder in folders.items()}
+
+
+@pytest.mark.parametrize("case", range(len(FORMAT_BAD)), ids=[f[0] for f, _ in FORMAT_BAD])
+def test_export_cli_names_a_bad_format_flag(format_flag_errors, case):
+    _, message = FORMAT_BAD[case]
+    folder, out = format_flag_errors[case]
     assert out.returncode == 2 and "Traceback" not in out.stderr
     last = out.stderr.strip().splitlines()[-1]
     assert last.startswith(f"export.py: error: {message}")
-    assert not os.listdir(tmp_path)
+    assert not os.listdir(folder)
 
 
 def test_export_cli_prints_the_agreement(run, tmp_path):

@@ -55,7 +55,7 @@ def second_order_step_fn(table):
     """logits = table[prev, current] + a per-sentence bias: the cache (prev token) must follow the
     beams; the bias, a "sentence" entry (one row per sentence, shared by its beams), must
     follow the sentences as they leave the batch."""
-    logits = tf.constant(table, tf.float32)
+    logits = tf.convert_to_tensor(table, tf.float32)  # a tensor too, in a graph
 
     def step_fn(ids, step, cache):
         prev, bias = cache["decoder"]["prev"], cache["sentence"]["bias"]
@@ -439,7 +439,8 @@ def test_sample_draws_from_the_tempered_truncated_distribution():
     for temperature, top_k, top_p in [(1.0, 0, 1.0), (0.5, 3, 1.0), (2.0, 0, 0.6), (2.0, 3, 0.8)]:
         options = sampling_options(n, temperature, top_k, top_p)
         options["seed"] = tf.range(n, dtype=tf.int64)
-        seqs, _ = run(rows, options, lengths=1 + 1)
+        # in a graph: one map_fn over the 3,000 rows' draws, not 3,000 eager ops per step
+        seqs, _ = tf.function(lambda options=options: run(rows, options, lengths=1 + 1))()
         probs = np.exp(logits / temperature - np.max(logits / temperature))
         probs = probs[order] / probs.sum()
         keep = np.ones(V, bool)
@@ -516,10 +517,29 @@ def test_the_best_settles_before_the_worst():
         assert score == pytest.approx(math.log(0.5), abs=1e-4)
 
 
-def random_search(seed, alpha, max_beam):
+@tf.function
+def graph_search(counter, table, bias, max_lengths, beams, alphas, prefix, **kwargs):
+    """`beam_search` on the second-order table model in one graph (traced once per set of
+    Python options and shapes, not per model: the searches of the random models share it),
+    each step function call counted in the variable `counter`."""
+    inner = second_order_step_fn(table)
+
+    def step_fn(ids, step, cache):
+        counter.assign_add(1)
+        return inner(ids, step, cache)
+
+    cache = {"decoder": {"prev": tf.fill(tf.shape(bias)[:1], BOS)}, "sentence": {"bias": bias}}
+    return beam_search(
+        step_fn, tf.fill(tf.shape(bias)[:1], BOS), cache, max_lengths, EOS, beam_size=beams,
+        alpha=alphas, prefix=prefix, **kwargs,
+    )  # fmt: skip
+
+
+def random_search(seed, alpha, max_beam, graph=False):
     """A random batch of 10 sentences on the second-order table model, with per-sentence beam
     sizes in [1, max_beam], max lengths, prefixes and alpha (`alpha` or 0): a function
-    (**beam_search kwargs) -> (sequences, scores, steps run), and the beam sizes."""
+    (**beam_search kwargs) -> (sequences, scores, steps run), and the beam sizes. `graph`:
+    the search runs in `graph_search` (else eagerly, one step function call per step)."""
     rng = np.random.default_rng(seed)
     sentences = 10
     table = rng.normal(scale=rng.uniform(0.5, 2.5), size=(V, V, V)).astype(np.float32)
@@ -533,7 +553,15 @@ def random_search(seed, alpha, max_beam):
     prefix[with_prefix, 0] = rng.integers(A, V, size=with_prefix.sum())
     max_lengths[with_prefix] = np.maximum(max_lengths[with_prefix], 2)
 
+    def in_graph(**kwargs):
+        counter = tf.Variable(0)
+        args = (table, bias, max_lengths, beams, alphas, prefix)
+        seqs, scores = graph_search(counter, *map(tf.constant, args), **kwargs)
+        return seqs.numpy(), scores.numpy(), int(counter.numpy())
+
     def search(**kwargs):
+        if graph:
+            return in_graph(**kwargs)
         cache = {
             "decoder": {"prev": tf.fill([sentences], BOS)},
             "sentence": {"bias": tf.constant(bias)},
@@ -555,10 +583,12 @@ def test_stopping_at_the_nth_best_equals_the_exhaustive_search(max_beam, alpha):
     """On random models (12 seeds), with per-sentence beam sizes, alphas, max lengths,
     prefixes and n (the hypotheses kept, one per sentence, in [1, K]): the first n
     hypotheses (ids and scores) of each sentence equal those of the search that runs every
-    sentence to its maximum length; n = K is today's rule. The early stop saves steps."""
+    sentence to its maximum length; n = K is today's rule. The early stop saves steps. (The
+    searches run in one traced graph, `graph_search`; eagerly: the tests above.)"""
     saved = 0
     for seed in range(12):
-        search, beams, max_lengths = random_search(seed * 31 + max_beam, alpha, max_beam)
+        args = (seed * 31 + max_beam, alpha, max_beam)
+        search, beams, max_lengths = random_search(*args, graph=True)
         min_length = 2 if seed % 3 == 0 else None
         full_seqs, full_scores, full_steps = search(stop_early=False, min_length=min_length)
         assert full_steps == max_lengths.max()

@@ -21,10 +21,16 @@ from keras_transformer.training.step import TrainingModel
 
 
 def make_run(
-    model_dir: str, multi30k_dir: str, steps: int = 30, vocab_size: int = 600, named=False
+    model_dir: str,
+    multi30k_dir: str,
+    steps: int = 30,
+    vocab_size: int = 600,
+    named=False,
+    num_layers: int = 2,
 ) -> str:
     """`named`: config.json's training settings name the dataset, as train.py writes them
-    (the export's agreement report reads the validation set from them)."""
+    (the export's agreement report reads the validation set from them). `num_layers`: 1 where
+    XLA compiles the search (its compile time grows with the layers)."""
     run = Run(model_dir)
     sentences = []
     for name in ("train.en.gz", "train.de.gz"):
@@ -32,7 +38,9 @@ def make_run(
             sentences += [line.strip() for _, line in zip(range(3000), handle)]
     tokenizer = SubwordTokenizer(train_sentencepiece(sentences, vocab_size))
     run.save_tokenizer(tokenizer)
-    cfg = kt.TransformerConfig.preset("tiny", vocab_size=tokenizer.vocab_size, max_length=64)
+    cfg = kt.TransformerConfig.preset(
+        "tiny", num_layers=num_layers, vocab_size=tokenizer.vocab_size, max_length=64
+    )
     dataset = dict(dataset="multi30k", src_lang="en", tgt_lang="de", data_dir=multi30k_dir)
     training = dataset if named else {}
     run.write_config({"model": cfg.to_dict(), "training": training})

@@ -32,8 +32,9 @@ MAX_BATCH = 2
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory, multi30k_dir):
-    """A small run whose config.json names its dataset (as train.py writes it)."""
-    return make_run(str(tmp_path_factory.mktemp("run")), multi30k_dir, named=True)
+    """A small run whose config.json names its dataset (as train.py writes it); one layer:
+    XLA compiles every search here, in less time the fewer layers."""
+    return make_run(str(tmp_path_factory.mktemp("run")), multi30k_dir, named=True, num_layers=1)
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,7 @@ split_cpu(2)
 keras.utils.set_random_seed(0)
 import keras_transformer as kt  # noqa: E402
 
-CONFIG = dict(vocab_size=60, dropout_rate=0.3)
+CONFIG = dict(num_layers=1, vocab_size=60, dropout_rate=0.3)
 
 
 def batch(rows=4):

@@ -47,7 +47,7 @@ set_precision("mixed_float16")
 strategy = make_strategy("mirrored")
 with strategy.scope():
     transformer = kt.Transformer(
-        kt.TransformerConfig.preset("tiny", vocab_size=60, dropout_rate=0.0)
+        kt.TransformerConfig.preset("tiny", num_layers=1, vocab_size=60, dropout_rate=0.0)
     )
     model = OverflowOnReplicaOne(transformer)
     model.compile(optimizer=kt.paper_optimizer(64, 10), loss=kt.LabelSmoothedCrossEntropy())

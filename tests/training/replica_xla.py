@@ -40,7 +40,7 @@ def train(jit_compile, precision, dropout=0.0):
     set_precision(precision)
     strategy = make_strategy("mirrored")
     with strategy.scope():
-        cfg = kt.TransformerConfig.preset("tiny", vocab_size=60, dropout_rate=dropout)
+        cfg = kt.TransformerConfig.preset("tiny", num_layers=1, vocab_size=60, dropout_rate=dropout)
         transformer = kt.Transformer(cfg)
         transformer.build()
         model = TrainingModel(transformer, accum_steps=2)

@@ -81,7 +81,7 @@ def train(text, proto, static_rows):
         static_rows=static_rows,
     ).take_while(lambda inputs, target, position: position[0] < (1 << POSITION_BITS))
     with strategy.scope():
-        cfg = kt.TransformerConfig.preset("tiny", vocab_size=400, dropout_rate=0.0)
+        cfg = kt.TransformerConfig.preset("tiny", num_layers=1, vocab_size=400, dropout_rate=0.0)
         transformer = kt.Transformer(cfg)
         transformer.build()
         model = TrainingModel(transformer)

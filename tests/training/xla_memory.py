@@ -23,7 +23,7 @@ ROWS, LENGTH, VOCAB = 64, 48, 4000
 
 def peak_mib(rows, k):
     keras.utils.set_random_seed(0)
-    cfg = kt.TransformerConfig.preset("tiny", vocab_size=VOCAB, max_length=LENGTH + 1)
+    cfg = kt.TransformerConfig.preset("tiny", num_layers=1, vocab_size=VOCAB, max_length=LENGTH + 1)
     model = TrainingModel(kt.Transformer(cfg), accum_steps=k)
     model.compile(
         optimizer=keras.optimizers.SGD(0.1), loss=kt.LabelSmoothedCrossEntropy(), jit_compile=True

@@ -48,10 +48,7 @@ def agree_any(strategy: tf.distribute.Strategy | None, flag: bool) -> bool:
     worker must call it at the same point); the flag itself elsewhere."""
     if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
         return flag
-    value = strategy.experimental_distribute_values_from_function(
-        lambda _: tf.constant(1.0 if flag else 0.0)
-    )
-    return float(strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None)) > 0.0
+    return float(_replica_sum(strategy, lambda _: tf.constant(1.0 if flag else 0.0))) > 0.0
 
 
 def replica_steps(strategy: tf.distribute.Strategy, step: int) -> list[int]:
@@ -61,12 +58,13 @@ def replica_steps(strategy: tf.distribute.Strategy, step: int) -> list[int]:
     if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
         return [step]
     count = strategy.num_replicas_in_sync
-    value = strategy.experimental_distribute_values_from_function(
+    total = _replica_sum(
+        strategy,
         lambda context: (
             tf.one_hot(context.replica_id_in_sync_group, count, dtype=tf.float64) * float(step)
-        )
+        ),
     )
-    return [int(s) for s in strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None)]
+    return [int(s) for s in total]
 
 
 def worker_share(strategy: tf.distribute.Strategy | None) -> tuple[int, int]:
@@ -90,13 +88,20 @@ def sum_over_workers(strategy: tf.distribute.Strategy | None, counts: list[int])
         return list(counts)
     first = worker_share(strategy)[0] * len(strategy.extended.worker_devices)
     zeros = [0] * len(counts)
-    value = strategy.experimental_distribute_values_from_function(
+    total = _replica_sum(
+        strategy,
         lambda context: tf.constant(
             counts if context.replica_id_in_sync_group == first else zeros, tf.float64
-        )
+        ),
     )
-    total = strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None)
     return [int(round(float(v))) for v in total.numpy()]
+
+
+def _replica_sum(strategy: tf.distribute.Strategy, value_fn):
+    """`value_fn(context)` (a tensor per replica, from its `ValueContext`) summed over the
+    replicas, outside a step: one collective under MultiWorkerMirroredStrategy."""
+    value = strategy.experimental_distribute_values_from_function(value_fn)
+    return strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None)
 
 
 def check_same_step(steps: list[int], tasks: list[str]) -> None:

@@ -9,7 +9,7 @@ with `LabelSmoothedCrossEntropy` it trains with Keras' own `fit` (the notebooks 
   the one-device update on the same global batch (Keras' default divides per replica);
 - `accum_steps` micro-batches per update (Keras 3's `gradient_accumulation_steps` fails
   under MirroredStrategy);
-- with float16 loss scaling, replicas agree on skipping a step (see `_agree_on_finite`);
+- the step all-reduces the gradients, with float16's loss flag (see `_apply_reduced`);
 - `data_position` counts the batches consumed (skipped float16 steps included);
   `data_next` is the stream position (pass and batch in the pass) of the next batch to
   read, taken from the positions that training batches carry, which is where a resumed run
@@ -17,7 +17,7 @@ with `LabelSmoothedCrossEntropy` it trains with Keras' own `fit` (the notebooks 
   each worker reads a stream of its own; `input_workers`, their number: training.layout
   resumes under another layout).
 
-The workarounds for Keras internals that the step needs (`_agree_on_finite`,
+The workarounds for Keras internals that the step needs (`_apply_reduced`,
 `_maybe_symbolic_build`, the reshape in `_record_loss`) are here, each with the reason.
 """
 
@@ -31,6 +31,7 @@ from keras_transformer.losses import LabelSmoothedCrossEntropy
 from keras_transformer.training.collective import all_reduce_sum, step_sums
 
 NONFINITE = "nonfinite"  # float16 steps: 1.0 when the step's loss was NaN/Inf on a replica
+GRADIENTS_ALL_REDUCE = "gradients_all_reduce"  # the name scope of the step's all-reduce
 
 
 class TrainingModel(keras.Model):
@@ -115,10 +116,13 @@ class TrainingModel(keras.Model):
             source_ids, target_in_ids, target_out_ids, tf.maximum(global_tokens, 1.0)
         )
         scaled = isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer)
-        if scaled:  # float16: one all-reduce of the gradients' and the loss's finite flags
-            finite = tf.math.is_finite(loss_sum)
-            grads, bad = self._agree_on_finite(grads, finite)
-        self.optimizer.apply(grads, self.transformer.trainable_variables)
+        finite = tf.math.is_finite(loss_sum)
+        # one all-reduce: the gradients and, float16, "the loss was non-finite" (> 0 when it
+        # was on any replica; see `_apply_reduced` for the gradients' finite check)
+        flags = [tf.cast(tf.logical_not(finite), grads[0].dtype)] if scaled else []
+        with tf.name_scope(GRADIENTS_ALL_REDUCE):
+            reduced = list(all_reduce_sum([*grads, *flags]))
+        self._apply_reduced(reduced[: len(grads)])
         self.data_position.assign_add(1)
         if positions is not None:  # stream positions of the rows (data.training_batches)
             self.data_next.assign(tf.reduce_max(positions) + 1)
@@ -131,7 +135,7 @@ class TrainingModel(keras.Model):
         results = self._record_loss(
             tf.where(finite, loss_sum, 0.0), tf.where(finite, local_tokens, 0.0)
         )
-        flag = tf.reshape(tf.cast(bad, tf.float32), results["loss"].shape)
+        flag = tf.reshape(tf.cast(reduced[-1] > 0.0, tf.float32), results["loss"].shape)
         return self._pack_logs({**results, NONFINITE: flag})
 
     def compile(self, *args, jit_compile=False, **kwargs):
@@ -244,31 +248,24 @@ class TrainingModel(keras.Model):
 
     # -- Keras workarounds ------------------------------------------------------------------
 
-    def _agree_on_finite(self, grads, loss_finite):
-        """With float16 loss scaling, make every replica see non-finite gradients when any
-        replica has them; returns (gradients, "the loss was non-finite on some replica").
+    def _apply_reduced(self, grads):
+        """The optimizer's update with gradients the step has all-reduced already.
 
-        Keras workaround: `LossScaleOptimizer._tf_apply` (keras/src/optimizers/
-        loss_scale_optimizer.py, merge-call path, taken by MirroredStrategy) decides
-        "gradients finite?" from replica 0's gradients *before* the all-reduce, which happens
-        later inside the inner optimizer; with MultiWorkerMirroredStrategy (no merge call)
-        each replica decides alone. An overflow on replica 1 only would then be all-reduced
-        into the weights and the loss scale would not drop. One all-reduce of the two flags
-        "gradients non-finite?" and "loss non-finite?" and a NaN added to one gradient where
-        the first is true makes every replica's check see the global answer; the gradients
-        themselves are all-reduced once, as usual.
+        Keras workaround: Keras' optimizer sums the gradients it is given over the replicas
+        (keras/src/backend/tensorflow/optimizer.py: `_all_reduce_sum_gradients`, called by
+        `_backend_update_step`, after the loss scaler's finite check and unscaling). The step
+        reduces them first, in one all-reduce with float16's loss flag, so the check sees
+        the summed gradients, the same on every replica and non-finite when any replica's
+        are (`LossScaleOptimizer._tf_apply` checks replica 0's under MirroredStrategy, each
+        replica its own under MultiWorkerMirroredStrategy), and the optimizer's reduction is
+        made the identity (on the wrapped optimizer under loss scaling). The sum divided by
+        the loss scale, a power of two, is the sum of the divided gradients bit for bit.
+        Keras' `clipnorm` (`paper_optimizer`'s; kt-train sets none) clipped each replica's
+        gradients before the sum, now the sum, as on one device.
         """
-        loss_bad = 1.0 - tf.cast(loss_finite, tf.float32)
-        context = tf.distribute.get_replica_context()
-        if context is None or context.num_replicas_in_sync == 1:
-            return grads, loss_bad > 0.0
-        grads_bad = tf.cast(tf.logical_not(self.optimizer.check_finite(grads)), tf.float32)
-        any_bad = all_reduce_sum(tf.stack([grads_bad, loss_bad])) > 0.0
-        poison = tf.where(any_bad[0], float("nan"), 0.0)
-        smallest = min(range(len(grads)), key=lambda i: grads[i].shape.num_elements() or 0)
-        grads = list(grads)
-        grads[smallest] = grads[smallest] + tf.cast(poison, grads[smallest].dtype)
-        return grads, any_bad[1]
+        inner = getattr(self.optimizer, "inner_optimizer", self.optimizer)
+        inner._all_reduce_sum_gradients = _already_reduced  # test_step.py counts the reduces
+        self.optimizer.apply(grads, self.transformer.trainable_variables)
 
     def _maybe_symbolic_build(self, iterator=None, data_batch=None):
         # Keras workaround: keras/src/backend/tensorflow/trainer.py builds the model under a
@@ -281,6 +278,10 @@ class TrainingModel(keras.Model):
             # not the stream positions: Keras would take them for sample weights
             data_batch = tuple(_local_spec(s) for s in _element_spec(iterator)[:2])
         return super()._maybe_symbolic_build(data_batch=data_batch)
+
+
+def _already_reduced(grads_and_vars):
+    return list(grads_and_vars)
 
 
 def _element_spec(iterator):

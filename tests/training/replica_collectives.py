@@ -6,9 +6,11 @@ The strategy is `MultiWorkerMirroredStrategy` over the 2 local devices of this p
 reduces the step's logs across workers only in multi-worker mode, which is forced for the
 trace (nothing runs). The model is compiled as kt-train compiles it (training.model_state: a
 masked accuracy metric; float16 with a loss scale). Prints JSON: per precision, the
-collectives that replica 0 issues in a step: "gradients", the optimizer's all-reduce of the
-gradients (in its name scope), and "scalars", all the others, by op. Kept out of the pytest
-process because logical devices must be configured before TensorFlow starts.
+collectives that replica 0 issues in a step: "gradients", the all-reduces of the gradients
+(those in the step's `GRADIENTS_ALL_REDUCE` name scope and those in the optimizer's: Keras'
+optimizer reduced them, a second reduction would count 2), and "scalars", all the others, by
+op. Kept out of the pytest process because logical devices must be configured before
+TensorFlow starts.
 """
 
 import collections
@@ -21,7 +23,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from keras.src.backend.tensorflow import trainer as keras_trainer  # noqa: E402
 
-from keras_transformer.training.step import TrainingModel  # noqa: E402
+from keras_transformer.training.step import GRADIENTS_ALL_REDUCE, TrainingModel  # noqa: E402
 from keras_transformer.training.strategy import set_precision, split_cpu  # noqa: E402
 
 split_cpu(2)
@@ -40,11 +42,12 @@ def batch():
 
 def count(graph_def, optimizer_scope: str) -> dict:
     """Replica 0's (CPU:0) collective ops in a graph and the functions it calls."""
+    scopes = {optimizer_scope, GRADIENTS_ALL_REDUCE}
     nodes = list(graph_def.node)
     for function in graph_def.library.function:
         nodes += list(function.node_def)
     ops = [n for n in nodes if n.op in COLLECTIVES and n.device.endswith("CPU:0")]
-    gradients = [n for n in ops if optimizer_scope in n.name.split("/")[:-1]]
+    gradients = [n for n in ops if scopes & set(n.name.split("/")[:-1])]
     scalars = collections.Counter(n.op for n in ops if n not in gradients)
     return {"gradients": len(gradients), "scalars": dict(scalars)}
 

@@ -65,7 +65,7 @@ def test_bench_gpu_runs_on_cpu_and_reports_every_configuration():
         assert len(rate["repeats"]) == 3 and row["steps_timed"] == 6
         assert rate["min"] <= rate["median"] <= rate["max"] and rate["min"] > 0
         assert row["optimizer_steps"] == row["warmup_steps"] + 6
-        assert row["traces"] == 1 and row["xla_programs"] == 0
+        assert row["traces"] == 1 and row["xla_traces"] == row["xla_compilations"] == 0
     point1, point2 = train
     # strong scaling: the update stays kt-train's, each replica's (each worker's) share halves
     assert point1["update_tokens"] == point2["update_tokens"] == 512 * 2
@@ -83,7 +83,7 @@ def test_bench_gpu_runs_on_cpu_and_reports_every_configuration():
 @pytest.mark.slow
 def test_fixed_mode_the_memory_sweep_and_a_failed_child_with_its_stderr_tail():
     code, report, _ = bench(
-        "--mode", "fixed", "--devices", "2", "3", "--rows", "4", "--length", "6",
+        "--mode", "fixed", "--devices", "2", "3", "--xla", "on", "--rows", "4", "--length", "6",
         "--repeats", "3", "--decode-sentences", "0",
         "--sweep-memory", "--max-length", "32", "--sweep-max-tokens", "256",
     )  # fmt: skip
@@ -94,6 +94,8 @@ def test_fixed_mode_the_memory_sweep_and_a_failed_child_with_its_stderr_tail():
     assert fixed["scaling"] == "weak" and fixed["efficiency"] is None
     assert fixed["strategy"] == "mirrored"
     assert len(fixed["target_tokens_per_s"]["repeats"]) == 3 and fixed["traces"] == 1
+    # XLA's own count (its dumped modules): one shape, compiled once on each of the 2 devices
+    assert fixed["xla"] and (fixed["xla_traces"], fixed["xla_compilations"]) == (1, 2)
     # the sweep: rows doubling to the cap, each point against settings.memory's model
     per_token = step_bytes_per_token("tiny", 64, 32, "mixed_bfloat16")
     assert sweep["kind"] == "memory" and sweep["predicted_bytes_per_token"] == per_token

@@ -112,9 +112,14 @@ def test_fixed_mode_the_memory_sweep_and_a_failed_child_with_its_stderr_tail():
 
 
 def test_a_child_over_the_timeout_is_killed_and_reported():
-    code, report, _ = bench("--devices", "1", "--decode-sentences", "0", "--timeout", "0.5")
+    code, report, _ = bench(
+        "--devices", "1", "--workers", "2", "--decode-sentences", "0", "--timeout", "0.5"
+    )  # fmt: skip
     assert code == 1
     assert report["environment"]["timed_out"] and report["devices_available"] == 2
-    (row,) = report["results"]
-    assert row["timed_out"] and row["returncode"] is None
-    assert row["error"] == "timed out after 0.5 s (--timeout): killed"
+    row, job = report["results"]
+    for failed in (row, job):
+        assert failed["timed_out"] and failed["returncode"] is None
+        assert failed["error"] == "timed out after 0.5 s (--timeout): killed"
+    # a job of local workers: every process killed, the row names the first unfinished task
+    assert job["devices"] == 2 and job["failed_task"] == "worker:0"

@@ -70,7 +70,32 @@ def make_strategy(opts):
     return tf.distribute.MirroredStrategy(devices=devices), devices
 
 
+XLA_DUMP_SUFFIX = "after_optimizations.txt"  # one optimized HLO module per XLA compilation
+
+
+def dump_xla_compilations() -> str:
+    """A fresh directory XLA dumps every module it compiles into (XLA_FLAGS, read when
+    TensorFlow starts: set before it is imported)."""
+    import sys
+    import tempfile
+
+    assert "tensorflow" not in sys.modules, "XLA_FLAGS must be set before TensorFlow starts"
+    folder = tempfile.mkdtemp(prefix="bench-gpu-xla-")
+    flags = os.environ.get("XLA_FLAGS", "")
+    os.environ["XLA_FLAGS"] = f"{flags} --xla_dump_to={folder} --xla_dump_hlo_as_text".strip()
+    return folder
+
+
+def xla_compilations(folder: str | None) -> int:
+    """XLA's own count of its compilations: the optimized modules it dumped (every device
+    compiles its own; a shape compiled again inside one trace counts again)."""
+    if folder is None:
+        return 0
+    return sum(name.endswith(XLA_DUMP_SUFFIX) for name in os.listdir(folder))
+
+
 def child_train(opts) -> dict:
+    dumps = dump_xla_compilations() if opts.xla == "on" else None
     import keras
     import tensorflow as tf
 
@@ -164,7 +189,8 @@ def child_train(opts) -> dict:
         "peak_device_memory_mib": round(max(peaks) / 2**20, 1) if peaks else None,
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "traces": Counted.calls // local,
-        "xla_programs": int(micro.experimental_get_tracing_count()) if micro else 0,
+        "xla_traces": int(micro.experimental_get_tracing_count()) // local if micro else 0,
+        "xla_compilations": xla_compilations(dumps),
         "optimizer_steps": int(model.optimizer.iterations.numpy()),
         "steps_timed": opts.repeats * opts.steps,
     }

@@ -65,7 +65,7 @@ def test_bench_gpu_runs_on_cpu_and_reports_every_configuration():
         assert len(rate["repeats"]) == 3 and row["steps_timed"] == 6
         assert rate["min"] <= rate["median"] <= rate["max"] and rate["min"] > 0
         assert row["optimizer_steps"] == row["warmup_steps"] + 6
-        assert row["traces"] == 1 and row["xla_programs"] == 0
+        assert row["traces"] == 1 and row["xla_traces"] == row["xla_compilations"] == 0
     point1, point2 = train
     # strong scaling: the update stays kt-train's, each replica's (each worker's) share halves
     assert point1["update_tokens"] == point2["update_tokens"] == 512 * 2
@@ -83,7 +83,7 @@ def test_bench_gpu_runs_on_cpu_and_reports_every_configuration():
 @pytest.mark.slow
 def test_fixed_mode_the_memory_sweep_and_a_failed_child_with_its_stderr_tail():
     code, report, _ = bench(
-        "--mode", "fixed", "--devices", "2", "3", "--rows", "4", "--length", "6",
+        "--mode", "fixed", "--devices", "2", "3", "--xla", "on", "--rows", "4", "--length", "6",
         "--repeats", "3", "--decode-sentences", "0",
         "--sweep-memory", "--max-length", "32", "--sweep-max-tokens", "256",
     )  # fmt: skip
@@ -94,6 +94,8 @@ def test_fixed_mode_the_memory_sweep_and_a_failed_child_with_its_stderr_tail():
     assert fixed["scaling"] == "weak" and fixed["efficiency"] is None
     assert fixed["strategy"] == "mirrored"
     assert len(fixed["target_tokens_per_s"]["repeats"]) == 3 and fixed["traces"] == 1
+    # XLA's own count (its dumped modules): one shape, compiled once on each of the 2 devices
+    assert fixed["xla"] and (fixed["xla_traces"], fixed["xla_compilations"]) == (1, 2)
     # the sweep: rows doubling to the cap, each point against settings.memory's model
     per_token = step_bytes_per_token("tiny", 64, 32, "mixed_bfloat16")
     assert sweep["kind"] == "memory" and sweep["predicted_bytes_per_token"] == per_token
@@ -110,9 +112,14 @@ def test_fixed_mode_the_memory_sweep_and_a_failed_child_with_its_stderr_tail():
 
 
 def test_a_child_over_the_timeout_is_killed_and_reported():
-    code, report, _ = bench("--devices", "1", "--decode-sentences", "0", "--timeout", "0.5")
+    code, report, _ = bench(
+        "--devices", "1", "--workers", "2", "--decode-sentences", "0", "--timeout", "0.5"
+    )  # fmt: skip
     assert code == 1
     assert report["environment"]["timed_out"] and report["devices_available"] == 2
-    (row,) = report["results"]
-    assert row["timed_out"] and row["returncode"] is None
-    assert row["error"] == "timed out after 0.5 s (--timeout): killed"
+    row, job = report["results"]
+    for failed in (row, job):
+        assert failed["timed_out"] and failed["returncode"] is None
+        assert failed["error"] == "timed out after 0.5 s (--timeout): killed"
+    # a job of local workers: every process killed, the row names the first unfinished task
+    assert job["devices"] == 2 and job["failed_task"] == "worker:0"

@@ -23,6 +23,16 @@ from keras_transformer.settings.decoding import (  # noqa: F401
 )
 
 STRINGS = tf.TensorSpec([None], tf.string, name="inputs")
+
+
+def signature(input_signature):
+    """A Translator signature's `tf.function`, without autograph: the searches are explicit
+    `tf.while_loop`s, so converting the code they call (the model, the beam bookkeeping)
+    changes no op, and skipping it traces a search in a third of the time (tiny model, first
+    call: 7.0 s against 2.3 s): once per kt-train process (validation BLEU) and per export."""
+    return tf.function(input_signature=input_signature, autograph=False)
+
+
 OPTIONS = [
     STRINGS,
     tf.TensorSpec([None], tf.int32, name="beam_size"),

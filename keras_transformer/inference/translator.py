@@ -193,7 +193,7 @@ class Translator(tf.Module):
 
     # -- signatures ------------------------------------------------------------------------
 
-    @tf.function(input_signature=[opt.STRINGS])
+    @opt.signature([opt.STRINGS])
     def __call__(self, inputs):
         ids, scores, empty, truncated = self.search(inputs, self.beam_size, num_best=1)
         outputs = self._detokenize(ids[:, :1], empty)[:, 0]
@@ -203,11 +203,11 @@ class Translator(tf.Module):
             "truncated": truncated,
         }
 
-    @tf.function(input_signature=[opt.STRINGS])
+    @opt.signature([opt.STRINGS])
     def translate_nbest(self, inputs):
         return self._nbest(*self.search(inputs, self.beam_size))
 
-    @tf.function(input_signature=opt.OPTIONS)
+    @opt.signature(opt.OPTIONS)
     def translate_with_options(
         self, inputs, beam_size, alpha, max_extra_length, num_hypotheses, target_prefix
     ):
@@ -217,7 +217,7 @@ class Translator(tf.Module):
             num_hypotheses, target_prefix, export_rule,
         )  # fmt: skip
 
-    @tf.function(input_signature=opt.STOP_RULE_OPTIONS)
+    @opt.signature(opt.STOP_RULE_OPTIONS)
     def translate_with_stop_rule(
         self, inputs, beam_size, alpha, max_extra_length, num_hypotheses, target_prefix, stop_rule
     ):
@@ -250,7 +250,7 @@ class Translator(tf.Module):
             "truncated": truncated,
         }
 
-    @tf.function(input_signature=[opt.XLA_SHAPES])
+    @opt.signature([opt.XLA_SHAPES])
     def xla_warmup(self, shapes):
         """With `xla`: compile the search for every row [P, C, S, K, W] of `shapes` (N, 5)
         (`xla_shapes.warmup_shapes`) without decoding anything: {"shapes": `shapes`}, once
@@ -260,7 +260,7 @@ class Translator(tf.Module):
             raise ValueError("xla_warmup needs a Translator(xla=True)")
         return {"shapes": xla_shapes.compile_shapes(self._segmented, self.model, shapes)}
 
-    @tf.function(input_signature=opt.SCORE)
+    @opt.signature(opt.SCORE)
     def score(self, inputs, targets):
         """Forced decoding of `targets` given `inputs`, one pass, no search:
         {"scores" (B,) the sum of the target tokens' log-probabilities, eos included;
@@ -279,7 +279,7 @@ class Translator(tf.Module):
         out["source_tokens"] = text.pieces(self.tokenizer, source)
         return {**out, "truncated": truncated, "target_truncated": target_truncated}
 
-    @tf.function(input_signature=opt.SAMPLE)
+    @opt.signature(opt.SAMPLE)
     def sample(self, inputs, temperature, top_k, top_p, seed):
         """One translation drawn per sentence: {"outputs" (B,), "scores" (B,) its
         log-probability under the model}; the same sentence, options and seed give the

@@ -45,6 +45,7 @@ class Segment:
                     *tf.nest.map_structure(lambda t: _any_size(t, True), args[-2:]),
                 ),
                 jit_compile=self.jit_compile,
+                autograph=False,  # explicit while loops: no conversion (Translator's note)
             )
         return self._function(*args)
 

@@ -9,10 +9,12 @@ steps each; every window gives one throughput, and the row reports their median,
 
 from __future__ import annotations
 
+import atexit
 import itertools
 import json
 import os
 import resource
+import shutil
 import time
 
 import numpy as np
@@ -81,6 +83,9 @@ def dump_xla_compilations() -> str:
 
     assert "tensorflow" not in sys.modules, "XLA_FLAGS must be set before TensorFlow starts"
     folder = tempfile.mkdtemp(prefix="bench-gpu-xla-")
+    # removed when the child exits, a failed one too: a base model's dumps are large and
+    # only their number is kept
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
     flags = os.environ.get("XLA_FLAGS", "")
     os.environ["XLA_FLAGS"] = f"{flags} --xla_dump_to={folder} --xla_dump_hlo_as_text".strip()
     return folder

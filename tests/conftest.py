@@ -19,16 +19,24 @@ for _name in PATH_VARIABLES:
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: takes more than a few seconds (still runs in CI)")
     config.addinivalue_line(
-        "markers", "cluster: local multi-process jobs; CI runs them as a second step (-m cluster)"
+        "markers",
+        "cluster: multi-process cases (local worker jobs, kills, preemptions); CI runs them "
+        "as a second step (-m cluster)",
     )
 
 
-CLUSTER_FILES = ("tests/cluster/", "tests/training/test_cluster.py")
+CLUSTER_FILES = (
+    "tests/cluster/",
+    "tests/training/test_cluster.py",
+    "tests/training/test_preemption.py",
+    "tests/training/test_trainer_kill.py",
+)
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Every test of the cluster files is a `cluster` test (deselected by default, see
+    """Every test of the cluster files (multi-process cases: several workers, or a run killed or
+    preempted and started again) is a `cluster` test (deselected by default, see
     pyproject.toml; .ci/run runs them after the README's command with `-m cluster`)."""
     for item in items:
         if item.nodeid.startswith(CLUSTER_FILES):

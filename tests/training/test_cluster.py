@@ -1,6 +1,7 @@
 """A real cluster's layouts and events, with local processes: who is the chief, a job with a
 "chief" task writing one run directory once, a SIGTERM to one worker (preemption)."""
 
+import gzip
 import json
 import os
 import re
@@ -11,9 +12,10 @@ import sys
 import time
 
 import pytest
+import sacrebleu
 
 from keras_transformer.run_dir import Run
-from tests.training.test_trainer import ROOT, assert_same_variables, train_cmd
+from tests.training.test_trainer import ROOT, assert_same_variables, run_workers, train_cmd
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -146,3 +148,41 @@ def test_sigterm_to_one_worker_saves_everywhere_at_one_step_and_resumes_exactly(
     assert all(path.endswith("ckpt-30") for path in final)
     assert_same_variables(final[0], final[1], tolerance=1e-4)
     assert not [p for p in os.listdir(preempted) if p.startswith("worker")]
+
+
+@pytest.mark.slow
+def test_multi_worker_two_processes(tmp_path, mini_multi30k_dir):
+    """Two local workers: the non-chief waits for the chief's tokenizer, and early stopping
+    on patience stops both at the same step (a chief-only decision would leave worker 1
+    blocked in a collective). Only the chief writes: no worker_1 directory, no dead
+    checkpoints. Each worker reads its own share of the pairs (pairs w, w + 2, ...) and
+    translates its share of the validation sentences; both log the same BLEU."""
+    model_dir = tmp_path / "mw"
+    args = ["--train-steps", "12", "--steps-per-epoch", "6", "--checkpoint-every", "3",
+            "--eval-every", "3", "--patience", "1"]  # fmt: skip
+    outputs = run_workers(model_dir, mini_multi30k_dir, *args)
+    assert "early stopping" in outputs[0]
+    for w, out in enumerate(outputs):
+        assert f"worker input: pairs {w}, {w} + 2, ... of every pass (share {w + 1} of 2)" in out
+        share = f"sentences {w}, {w} + 2, ... of 8 (share {w + 1} of 2, 4 sentences)"
+        assert f"validation BLEU: {share}" in out
+    # each worker translated its half; both log the BLEU of the whole set (the summed
+    # statistics: the 8 references' length), the one the chief records
+    found = [re.findall(r"step (\d+): validation BLEU (\S+) \(.*/(\d+)\)", o) for o in outputs]
+    records = [r for r in Run(str(model_dir)).read_metrics() if r["event"] == "bleu"]
+    length = reference_length(mini_multi30k_dir, 8)
+    assert (
+        found[0] == found[1] == [(str(r["step"]), f"{r['val_bleu']:.2f}", length) for r in records]
+    )
+    assert found[0]
+    assert not os.path.exists(model_dir / "worker_1")  # the chief's tokenizer is used
+    stop = int(Run(str(model_dir)).checkpoints()[-1].rsplit("-", 1)[1])
+    assert stop < 12
+
+
+def reference_length(data_dir, count):
+    """sacreBLEU's reference length of the first `count` validation references (German), as
+    a string."""
+    with gzip.open(os.path.join(data_dir, "val.de.gz"), "rt", encoding="utf-8") as handle:
+        references = [line.rstrip("\n") for _, line in zip(range(count), handle)]
+    return str(sacrebleu.corpus_bleu(references, [references]).ref_len)

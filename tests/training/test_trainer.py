@@ -1,10 +1,8 @@
-import gzip
 import os
 import re
 import subprocess
 
 import pytest
-import sacrebleu
 
 from keras_transformer.run_dir import Run
 
@@ -16,44 +14,6 @@ from tests.training.trainer_runs import (  # noqa: F401
     run_workers,
     train_cmd,
 )
-
-
-@pytest.mark.slow
-def test_multi_worker_two_processes(tmp_path, mini_multi30k_dir):
-    """Two local workers: the non-chief waits for the chief's tokenizer, and early stopping
-    on patience stops both at the same step (a chief-only decision would leave worker 1
-    blocked in a collective). Only the chief writes: no worker_1 directory, no dead
-    checkpoints. Each worker reads its own share of the pairs (pairs w, w + 2, ...) and
-    translates its share of the validation sentences; both log the same BLEU."""
-    model_dir = tmp_path / "mw"
-    args = ["--train-steps", "12", "--steps-per-epoch", "6", "--checkpoint-every", "3",
-            "--eval-every", "3", "--patience", "1"]  # fmt: skip
-    outputs = run_workers(model_dir, mini_multi30k_dir, *args)
-    assert "early stopping" in outputs[0]
-    for w, out in enumerate(outputs):
-        assert f"worker input: pairs {w}, {w} + 2, ... of every pass (share {w + 1} of 2)" in out
-        share = f"sentences {w}, {w} + 2, ... of 8 (share {w + 1} of 2, 4 sentences)"
-        assert f"validation BLEU: {share}" in out
-    # each worker translated its half; both log the BLEU of the whole set (the summed
-    # statistics: the 8 references' length), the one the chief records
-    found = [re.findall(r"step (\d+): validation BLEU (\S+) \(.*/(\d+)\)", o) for o in outputs]
-    records = [r for r in Run(str(model_dir)).read_metrics() if r["event"] == "bleu"]
-    length = reference_length(mini_multi30k_dir, 8)
-    assert (
-        found[0] == found[1] == [(str(r["step"]), f"{r['val_bleu']:.2f}", length) for r in records]
-    )
-    assert found[0]
-    assert not os.path.exists(model_dir / "worker_1")  # the chief's tokenizer is used
-    stop = int(Run(str(model_dir)).checkpoints()[-1].rsplit("-", 1)[1])
-    assert stop < 12
-
-
-def reference_length(data_dir, count):
-    """sacreBLEU's reference length of the first `count` validation references (German), as
-    a string."""
-    with gzip.open(os.path.join(data_dir, "val.de.gz"), "rt", encoding="utf-8") as handle:
-        references = [line.rstrip("\n") for _, line in zip(range(count), handle)]
-    return str(sacrebleu.corpus_bleu(references, [references]).ref_len)
 
 
 def test_a_worker_that_gives_up_stops_the_chief(tmp_path):
@@ -136,6 +96,4 @@ def test_bad_input_gives_a_clear_message(tmp_path, case, expected, multi30k_dir)
     )
     assert out.returncode == 2
     assert "Traceback" not in out.stderr
-    import re
-
     assert re.search(expected, out.stderr), out.stderr[-2000:]

@@ -6,6 +6,7 @@ one JSON on stdout. Nothing of it has run on a GPU yet (tested on CPU only).
                                                         # all GPUs, mixed_float16 and bfloat16
     python benchmarks/bench_gpu.py --mode fixed --devices 1 8 --xla off on --steps 50
     python benchmarks/bench_gpu.py --preset tiny --cpu-devices 2 --steps 3   # on a CPU
+    python benchmarks/bench_gpu.py --preset tiny --num-layers 1 ...   # the tests: 1 layer
 
 Modes (docs/benchmarks.md has every field):
   kt-train  strong scaling, as kt-train: the update's tokens as kt-train's recipe resolves
@@ -24,6 +25,8 @@ to the memory edge against settings.memory's model (`gpu/memory.py`). --workers 
 of N local worker processes of one MultiWorkerMirroredStrategy job (TF_CONFIG). Each row times --repeats windows of
 --steps steps after its warmup and reports the median, min and max throughput. The JSON's
 `environment` block records TensorFlow, CUDA, cuDNN, the GPUs, NCCL and the driver.
+--num-layers N builds the preset with N layers (every row records `num_layers`; the tests use
+one): kt-train's budget stays the preset's, and the memory sweep's prediction counts N layers.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ def parse(argv=None):
     add = parser.add_argument
     add("--mode", nargs="+", default=["kt-train"], choices=["kt-train", "fixed"])
     add("--preset", default="base")
+    add("--num-layers", type=int, help="the model's layers (default: the preset's)")
     add("--vocab-size", type=int, help="default: the recipe's (kt-train), 32000 (fixed)")
     add("--precision", nargs="+", default=["mixed_float16", "mixed_bfloat16"], choices=PRECISIONS)
     add("--devices", nargs="+", default=["1", "all"], help="replica counts to run ('all')")

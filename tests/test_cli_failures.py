@@ -520,7 +520,9 @@ CASES = [
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, multi30k_dir):
-    """A small trained run and its export, made once; each case gets its own copy of the run."""
+    """A small trained run and its export, made once; each case gets its own copy of the run
+    (the tiny preset's 2 layers: train-init-from-changes-the-model names the preset that
+    the model's sizes match)."""
     from keras_transformer.inference.export import export_run
 
     base = tmp_path_factory.mktemp("cli")
@@ -541,7 +543,7 @@ def command_name(argv) -> str:
 # still `python <argv>` with its own stdin, stderr and exit status. The cases that fail before
 # TensorFlow loads take 0.2 s as processes of their own and stay so.
 ONE_PROCESS = {
-    "train-missing-files", "train-small-corpus-automatic-vocabulary",
+    "train-small-corpus-automatic-vocabulary",
     "train-resume-checkpoint-of-another-model", "train-unknown-tfds-dataset",
     "train-tfds-unknown-config", "train-tfds-shard-missing", "train-tfds-not-prepared",
     "train-corpora-second-file-missing", "train-tag-without-tag-symbol-on-resume",

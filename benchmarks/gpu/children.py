@@ -16,6 +16,11 @@ import time
 STDERR_TAIL_LINES = 50
 
 
+def layers(opts) -> dict:
+    """The model's override of its preset: {"num_layers": N} for --num-layers N, else {}."""
+    return {"num_layers": opts.num_layers} if opts.num_layers else {}
+
+
 def tail(text: str | bytes | None, lines: int = STDERR_TAIL_LINES) -> list[str]:
     """The last `lines` lines of a child's output (bytes after a timeout: decoded)."""
     if isinstance(text, bytes):

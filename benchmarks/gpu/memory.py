@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import resource
 
+from gpu.children import layers
+
 
 def peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -35,7 +37,7 @@ def child_sweep(opts) -> dict:
     set_precision(opts.precision)
     keras.utils.set_random_seed(0)
     vocab = opts.vocab_size or 32000
-    cfg = kt.TransformerConfig.preset(opts.preset, vocab_size=vocab)
+    cfg = kt.TransformerConfig.preset(opts.preset, vocab_size=vocab, **layers(opts))
     gpus = tf.config.list_logical_devices("GPU")
     model = TrainingModel(kt.Transformer(cfg))
     model.compile(
@@ -43,7 +45,9 @@ def child_sweep(opts) -> dict:
         loss=kt.LabelSmoothedCrossEntropy(cfg.label_smoothing),
     )
     length = opts.max_length
-    per_token = step_bytes_per_token(opts.preset, vocab, length, opts.precision)
+    per_token = step_bytes_per_token(
+        opts.preset, vocab, length, opts.precision, num_layers=cfg.num_layers
+    )
     rng = np.random.default_rng(0)
     baseline = peak_rss_mib()
     points, rows, edge = [], 1, None
@@ -77,6 +81,7 @@ def child_sweep(opts) -> dict:
     return {
         "kind": "memory",
         "preset": opts.preset,
+        "num_layers": cfg.num_layers,
         "precision": opts.precision,
         "device_type": "GPU" if gpus else "CPU",
         "measured": "device peak" if gpus else "peak RSS growth (host memory: rough)",
@@ -86,6 +91,6 @@ def child_sweep(opts) -> dict:
         "largest_tokens_run": points[-1]["tokens"] if points else None,
         "out_of_memory_at_tokens": edge,
         "model_tokens_that_fit_1gib": tokens_that_fit(
-            1.0, opts.preset, vocab, length, opts.precision
+            1.0, opts.preset, vocab, length, opts.precision, num_layers=cfg.num_layers
         ),
     }

@@ -19,6 +19,8 @@ import time
 
 import numpy as np
 
+from gpu.children import layers
+
 
 def fixed_batches(opts, cfg, devices: int) -> tuple[list, int]:
     """--mode fixed: one random batch of `--rows` rows per replica and micro-batch (the
@@ -122,14 +124,18 @@ def child_train(opts) -> dict:
     if opts.mode == "kt-train":
         point = shapes.operating_point(opts, opts.devices)
         row.update(point)
-        cfg = kt.TransformerConfig.preset(opts.preset, vocab_size=point["vocab_size"])
+        cfg = kt.TransformerConfig.preset(
+            opts.preset, vocab_size=point["vocab_size"], **layers(opts)
+        )
         static = local * point["accum_steps"] if opts.xla == "on" else None
         budget = point["update_tokens"] // workers  # a worker's stream, as kt-train's
         batches = shapes.pipeline_batches(opts, cfg.vocab_size, budget, static)
         row.update(shapes.shape_summary(batches))
         warmup, accum = len(batches), point["accum_steps"]
     else:
-        cfg = kt.TransformerConfig.preset(opts.preset, vocab_size=opts.vocab_size or 32000)
+        cfg = kt.TransformerConfig.preset(
+            opts.preset, vocab_size=opts.vocab_size or 32000, **layers(opts)
+        )
         batches, warmup = fixed_batches(opts, cfg, local)
         accum = opts.accum_steps
 
@@ -178,6 +184,7 @@ def child_train(opts) -> dict:
     return {
         **row,
         "preset": opts.preset,
+        "num_layers": cfg.num_layers,
         "precision": opts.precision,
         "devices": opts.devices,
         "device_type": "GPU" if gpus else "CPU",
@@ -212,7 +219,9 @@ def child_decode(opts) -> dict:
     from keras_transformer.inference.search import beam_search
 
     keras.utils.set_random_seed(0)
-    cfg = kt.TransformerConfig.preset(opts.preset, vocab_size=opts.vocab_size or 32000)
+    cfg = kt.TransformerConfig.preset(
+        opts.preset, vocab_size=opts.vocab_size or 32000, **layers(opts)
+    )
     model = kt.Transformer(cfg)
     model.build()
     rng = np.random.default_rng(0)
@@ -245,6 +254,7 @@ def child_decode(opts) -> dict:
     return {
         "kind": "decode",
         "preset": opts.preset,
+        "num_layers": cfg.num_layers,
         "precision": opts.precision,
         "device_type": "GPU" if gpus else "CPU",
         "beam_size": 4,

@@ -52,12 +52,13 @@ def parse_corpora(args: TrainArgs) -> Corpora:
         )
     if "files" in kinds and any(not name for name in src + tgt):
         raise ConfigError("--train-src/--train-tgt has an empty file name: remove the extra comma")
+    if "files" in kinds and not (src and tgt):  # before TensorFlow loads, not at the reading
+        raise ConfigError("--dataset files needs the train files: pass --train-src and --train-tgt")
     corpora = []
     for kind in kinds:
-        if kind == "files" and src and tgt:
-            corpora += [("files", pair) for pair in zip(src, tgt)]
-        else:
-            corpora.append((kind, (src[0], tgt[0]) if kind == "files" and src and tgt else None))
+        corpora += (
+            [("files", pair) for pair in zip(src, tgt)] if kind == "files" else [(kind, None)]
+        )
     check_weights_and_tags(args, len(corpora))
     weights = tuple(float(w) for w in split_list(args.train_weights)) or None
     tagged = tuple(sorted({int(t) - 1 for t in split_list(args.tag_corpus)}))

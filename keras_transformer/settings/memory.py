@@ -87,17 +87,20 @@ def micro_batch_memory_gib(device_gib: float | None = None) -> float:
     return bound
 
 
-def step_floats_per_token(preset: str, vocab_size: int, max_length: int) -> int:
+def step_floats_per_token(
+    preset: str, vocab_size: int, max_length: int, num_layers: int | None = None
+) -> int:
     """Estimated float32 values that a training step keeps (for its backward pass) per padded
     token of a micro-batch, i.e. per source and target position: 4 vocabulary-sized rows
     (logits, smoothed targets, softmax, the logits' gradient) and, per layer, the encoder's
     and the decoder's activations: 32 d_model-sized rows, 6 d_ff-sized rows and 9
     heads x max_length attention rows (scores, softmax, dropout of the three attentions).
+    `num_layers`: the preset's unless given (benchmarks/bench_gpu.py --num-layers).
     """
     p = PRESETS[preset]
     attention = p["num_heads"] * max_length
     per_layer = 32 * p["d_model"] + 6 * p["d_ff"] + 9 * attention
-    return 4 * vocab_size + p["num_layers"] * per_layer
+    return 4 * vocab_size + (num_layers or p["num_layers"]) * per_layer
 
 
 def fewest_micro_batches(update_tokens: int, tokens_that_fit: int) -> int:
@@ -110,13 +113,17 @@ def fewest_micro_batches(update_tokens: int, tokens_that_fit: int) -> int:
 
 
 def step_bytes_per_token(
-    preset: str, vocab_size: int, max_length: int, precision: str = "float32"
+    preset: str,
+    vocab_size: int,
+    max_length: int,
+    precision: str = "float32",
+    num_layers: int | None = None,
 ) -> int:
     """Bytes a training step keeps per padded token (`step_floats_per_token`) in the compute
     dtype: float32 4 bytes a value; the mixed policies keep the layers' activations in 16
     bits (2 bytes) and the loss's 4 vocabulary rows in float32 plus the 16-bit logits and
     their gradient (2 more rows of 2 bytes)."""
-    floats = step_floats_per_token(preset, vocab_size, max_length)
+    floats = step_floats_per_token(preset, vocab_size, max_length, num_layers)
     if precision in (None, "float32"):
         return 4 * floats
     vocab_rows = 4 * vocab_size
@@ -124,10 +131,15 @@ def step_bytes_per_token(
 
 
 def tokens_that_fit(
-    memory_gib: float, preset: str, vocab_size: int, max_length: int, precision="float32"
+    memory_gib: float,
+    preset: str,
+    vocab_size: int,
+    max_length: int,
+    precision="float32",
+    num_layers: int | None = None,
 ) -> int:
     """Padded tokens per micro-batch and replica within `memory_gib` (at least 1)."""
-    step_bytes = step_bytes_per_token(preset, vocab_size, max_length, precision)
+    step_bytes = step_bytes_per_token(preset, vocab_size, max_length, precision, num_layers)
     return max(1, int(memory_gib * 2**30 // step_bytes))
 
 

@@ -19,8 +19,8 @@ sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 import bench_gpu  # noqa: E402
 
 TINY = [
-    "--preset", "tiny", "--vocab-size", "64", "--precision", "mixed_bfloat16",
-    "--cpu-devices", "2", "--steps", "2", "--warmup", "1",
+    "--preset", "tiny", "--num-layers", "1", "--vocab-size", "64",
+    "--precision", "mixed_bfloat16", "--cpu-devices", "2", "--steps", "2", "--warmup", "1",
 ]  # fmt: skip
 
 
@@ -60,6 +60,7 @@ def test_bench_gpu_runs_on_cpu_and_reports_every_configuration():
     for row in train:
         assert "error" not in row, row
         assert row["device_type"] == "CPU" and row["peak_device_memory_mib"] is None
+        assert row["num_layers"] == 1  # --num-layers: the tiny preset's 2 layers cut to 1
         assert row["precision"] == "mixed_bfloat16" and row["peak_rss_mib"] > 0
         rate = row["target_tokens_per_s"]
         assert len(rate["repeats"]) == 3 and row["steps_timed"] == 6
@@ -78,6 +79,7 @@ def test_bench_gpu_runs_on_cpu_and_reports_every_configuration():
     assert point1["distinct_shapes"] > 1 and point1["warmup_steps"] == point1["batches_per_pass"]
     (decode,) = [r for r in report["results"] if r["kind"] == "decode"]
     assert decode["sentences"] == 4 and len(decode["sentences_per_s"]["repeats"]) == 3
+    assert decode["num_layers"] == 1
 
 
 @pytest.mark.slow
@@ -97,8 +99,10 @@ def test_fixed_mode_the_memory_sweep_and_a_failed_child_with_its_stderr_tail():
     # XLA's own count (its dumped modules): one shape, compiled once on each of the 2 devices
     assert fixed["xla"] and (fixed["xla_traces"], fixed["xla_compilations"]) == (1, 2)
     # the sweep: rows doubling to the cap, each point against settings.memory's model
-    per_token = step_bytes_per_token("tiny", 64, 32, "mixed_bfloat16")
+    per_token = step_bytes_per_token("tiny", 64, 32, "mixed_bfloat16", num_layers=1)
+    assert per_token < step_bytes_per_token("tiny", 64, 32, "mixed_bfloat16")  # 1 layer of 2
     assert sweep["kind"] == "memory" and sweep["predicted_bytes_per_token"] == per_token
+    assert fixed["num_layers"] == sweep["num_layers"] == 1
     assert [p["tokens"] for p in sweep["points"]] == [32, 64, 128, 256]
     for point in sweep["points"]:
         assert point["predicted_mib"] == round(per_token * point["tokens"] / 2**20, 1)

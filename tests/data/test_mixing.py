@@ -27,9 +27,12 @@ from tests.data.test_pipeline import (
 
 
 def write_corpus(folder, name, lines):
+    """The corpus read as 4 pieces, not FILE_PIECES (64): each piece is a generator dataset
+    that every pass (and every stream built) instantiates, 20-30 ms each, and the mix does not
+    depend on how many pieces a corpus has (the pieces: tests/data/test_pipeline.py)."""
     (folder / f"{name}.en").write_text("".join(f"{s}\n" for s, _ in lines), encoding="utf-8")
     (folder / f"{name}.de").write_text("".join(f"{t}\n" for _, t in lines), encoding="utf-8")
-    return read_parallel_files(str(folder / f"{name}.en"), str(folder / f"{name}.de"))
+    return read_parallel_files(str(folder / f"{name}.en"), str(folder / f"{name}.de"), pieces=4)
 
 
 @pytest.fixture(scope="module")

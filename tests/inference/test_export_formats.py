@@ -20,9 +20,10 @@ SENTENCES = 12
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory, multi30k_dir):
-    """A small run whose config.json names its dataset (as train.py writes it)."""
+    """A small run whose config.json names its dataset (as train.py writes it); one layer:
+    every export here traces, and the agreement reports search, in less time."""
     base = tmp_path_factory.mktemp("formats")
-    return make_run(str(base / "run"), multi30k_dir, steps=60, named=True)
+    return make_run(str(base / "run"), multi30k_dir, steps=60, named=True, num_layers=1)
 
 
 def report_of(path):

@@ -113,11 +113,13 @@ def test_exhaustive_search_and_empty_batch():
     assert seqs.shape[0] == 0 and scores.shape[0] == 0
 
 
-@pytest.fixture(scope="module")
-def random_model():
-    """A random (untrained) tiny Transformer and a batch of sources of different lengths."""
+def random_transformer(num_layers: int):
+    """A random (untrained) tiny Transformer of `num_layers` layers and a batch of sources of
+    different lengths."""
     tf.keras.utils.set_random_seed(7)
-    cfg = kt.TransformerConfig.preset("tiny", vocab_size=40, max_length=64, dropout_rate=0.0)
+    cfg = kt.TransformerConfig.preset(
+        "tiny", vocab_size=40, max_length=64, dropout_rate=0.0, num_layers=num_layers
+    )
     model = kt.Transformer(cfg)
     model.build()
     rng = np.random.default_rng(5)
@@ -129,10 +131,18 @@ def random_model():
     return model, tf.constant(source)
 
 
-def test_fixed_capacity_cache_steps_equal_the_growing_cache(random_model):
+@pytest.fixture(scope="module")
+def random_model():
+    """One layer: the searches below run eagerly, step by step, in less time the fewer
+    layers (a cache of several layers: test_fixed_capacity_cache_steps_equal_the_growing_cache)."""
+    return random_transformer(num_layers=1)
+
+
+def test_fixed_capacity_cache_steps_equal_the_growing_cache():
     """Transformer.decode_step over a cache with room for 4 steps, grown to 8 then 16
-    (`grow_cache`), gives the growing cache's logits at every step, 2 rows a sentence."""
-    model, source = random_model
+    (`grow_cache`), gives the growing cache's logits at every step, 2 rows a sentence (the
+    tiny preset's 2 layers: every layer's cache grows)."""
+    model, source = random_transformer(num_layers=2)
     memory = model.encode(source)
     growing = model.init_cache(memory, source)
     fixed = model.init_cache(memory, source, fixed_capacity=True)

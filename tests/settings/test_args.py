@@ -186,6 +186,7 @@ def test_a_resume_refuses_changed_schedule_and_model_flags():
         (["--help"], 0),
         (["--preset", "huge"], 2),
         (["--train-steps", "-3"], 2),
+        (["--dataset", "files"], 2),  # no --train-src/--train-tgt: a flag check too
         (["--config", "no-such-recipe.yaml"], 2),
     ],
 )

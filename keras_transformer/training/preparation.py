@@ -144,8 +144,7 @@ def new_run(run: Run, args: TrainArgs, train, replicas: int = 1):
             label_smoothing=settings.label_smoothing,
         )
     config = RunConfig.new(model, settings, source.record() if source else None)
-    run.save_tokenizer(tokenizer)  # before config.json: other workers wait for config.json
-    run.write_run_config(config)
+    run.create(config, tokenizer)
     return config, tokenizer
 
 

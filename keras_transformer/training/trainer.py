@@ -26,7 +26,7 @@ from keras_transformer.training.model_state import (
     step_of,
 )
 from keras_transformer.training.preemption import PreemptionSave
-from keras_transformer.training.preparation import Preparation, prepare, subword_sampler
+from keras_transformer.training.preparation import Preparation, prepare
 from keras_transformer.training.run_callbacks import bookkeeping, fit_verbosity, make_callbacks
 from keras_transformer.training.step import TrainingModel
 from keras_transformer.training.strategy import check_devices, device_report, set_precision
@@ -90,10 +90,8 @@ def set_up(settings: TrainSettings, args: TrainArgs, replicas: int) -> None:
 def input_stream(job: Job, prep: Preparation, model: TrainingModel, stats: PipelineStats):
     """`data_from(start)`: the training stream (`streams.training_stream`); under
     multi_worker each worker reads its own share (`streams.worker_streams`)."""
-    settings = prep.settings
-    subword = subword_sampler(prep.tokenizer, settings.subword_alpha)  # training sentences only
     replicas = job.strategy.num_replicas_in_sync
-    data_from = training_stream(prep.train, prep.tokenizer, settings, stats, subword, replicas)
+    data_from = training_stream(prep.train, prep.tokenizer, prep.settings, stats, replicas)
     if model.replica_next is not None:  # multi-worker: each worker reads its own share
         data_from = worker_streams(job.strategy, model, data_from)
     return data_from

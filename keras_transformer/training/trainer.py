@@ -20,7 +20,6 @@ from keras_transformer.training.dry_run import dry_run, log_replica_tokens
 from keras_transformer.training.job import Job
 from keras_transformer.training.model_state import (
     build_model,
-    check_restored_step,
     restore,
     seed_states,
     step_of,
@@ -56,11 +55,10 @@ def train(plan: Plan) -> dict:
     with job.strategy.scope():
         model = build_model(prep.config.model, settings)
     parts = bookkeeping(job, prep, model)
-    if not restore(job.shared, parts.checkpoint, model, parts.bleu, parts.metrics):
+    if not restore(job, parts.checkpoint, model, parts.bleu, parts.metrics):
         if prep.config.init is not None:  # a fine-tuned run starts from its source's weights
             keep = seed_states(model.transformer)
             fine_tune.initialize(model.transformer, prep.config.init, keep=keep)
-    check_restored_step(job, step_of(model))
     if step_of(model) >= settings.train_steps:
         logger.info("already at step %d >= --train-steps %d", step_of(model), settings.train_steps)
         return summarize(job.shared, settings, model, parts.bleu)

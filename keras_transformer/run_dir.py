@@ -80,6 +80,12 @@ class Run:
     def write_run_config(self, config: RunConfig) -> None:
         self.write_config(config.to_json())
 
+    def create(self, config: RunConfig, tokenizer) -> None:
+        """Write a new run: its tokenizer, then config.json, which marks the run as existing
+        (the other workers of a job wait for it; `exists` is true from then on)."""
+        self.save_tokenizer(tokenizer)
+        self.write_run_config(config)
+
     def read_config(self) -> dict:
         """config.json's raw JSON (checked to hold a "model" object); `read_run_config` is
         what the package reads, this is for tests that edit the file."""

@@ -136,6 +136,28 @@ def test_a_run_directory_on_another_gfile_file_system():
     assert not tf.io.gfile.glob(run.path(GAVE_UP.format("*")))
 
 
+def test_create_writes_the_tokenizer_then_the_config_that_marks_the_run(tmp_path, monkeypatch):
+    """`Run.create`: spm.model first, then config.json (the other workers of a job wait for
+    config.json, so a run that `exists` always has its tokenizer)."""
+    from keras_transformer.data.tokenizer import SubwordTokenizer, train_sentencepiece
+    from keras_transformer.settings.run_config import RunConfig
+
+    run = Run(str(tmp_path / "run"))
+    words = [f"w{i} w{i * 7 % 13} w{i % 5}" for i in range(200)]
+    tokenizer = SubwordTokenizer(train_sentencepiece(words, 280))
+    config = RunConfig.of_import(kt.TransformerConfig.preset("tiny"), {"source": "test"})
+    save = Run.save_tokenizer
+
+    def save_before_config(self, tokenizer):
+        assert not self.exists
+        save(self, tokenizer)
+
+    monkeypatch.setattr(Run, "save_tokenizer", save_before_config)
+    run.create(config, tokenizer)
+    assert run.exists and run.read_run_config() == config
+    assert run.load_tokenizer().proto == tokenizer.proto
+
+
 def test_a_torn_last_metrics_line_is_skipped_a_bad_line_elsewhere_named(tmp_path, caplog):
     """A kill during an append leaves the last line cut short (no newline): a resume reads
     the lines before it (with a warning) and its truncation drops it; a line that is not

@@ -35,11 +35,17 @@ def add_log_level_flag(parser: argparse.ArgumentParser, stream: str = "stdout") 
     )
 
 
+def add_command_flags(parser: argparse.ArgumentParser, stream: str = "stdout") -> None:
+    """Every command's own flags: `--log-level` (the messages shown on `stream`) and
+    `--version` (kt-export's --version numbers its export instead: it adds --log-level only)."""
+    add_log_level_flag(parser, stream)
+    add_version_flag(parser)
+
+
 def parse_data_command(parser: argparse.ArgumentParser, argv=None) -> argparse.Namespace:
     """Parse the flags of a command whose stdout is data (kt-translate, kt-evaluate,
     kt-score): adds `--log-level`, then logs to stderr prefixed with the command's name."""
-    add_log_level_flag(parser, "stderr")
-    add_version_flag(parser)
+    add_command_flags(parser, "stderr")
     args = parser.parse_args(argv)
     setup_logging(args.log_level, sys.stderr, parser.prog)
     return args
@@ -111,6 +117,13 @@ def setup_logging(level: str = "INFO", stream=None, prog: str | None = None) -> 
     logger.setLevel(level)
     logger.propagate = False  # shown once, even when TensorFlow's absl adds a root handler
     return logger
+
+
+def set_up_command(level: str) -> None:
+    """Once a command's flags are checked: its logging at `level` (`setup_logging`, to
+    stdout), then TensorFlow imported without its C++ log lines (`import_tensorflow`)."""
+    setup_logging(level)
+    import_tensorflow(level)
 
 
 class ArgumentParser(argparse.ArgumentParser):

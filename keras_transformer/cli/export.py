@@ -21,8 +21,7 @@ from keras_transformer.cli.common import (
     ArgumentParser,
     add_log_level_flag,
     flag_error,
-    import_tensorflow,
-    setup_logging,
+    set_up_command,
     version_text,
 )
 
@@ -87,8 +86,7 @@ def parse_args(argv=None, prog: str = "kt-export"):
 
 def main(argv=None, prog: str = "kt-export") -> int:
     args, log_level = parse_command(argv, prog)
-    setup_logging(log_level)
-    import_tensorflow(log_level)
+    set_up_command(log_level)
     from keras_transformer.errors import KerasTransformerError
     from keras_transformer.inference.export import export_run
 

@@ -16,11 +16,9 @@ import sys
 
 from keras_transformer.cli.common import (
     ArgumentParser,
-    add_log_level_flag,
-    add_version_flag,
+    add_command_flags,
     flag_error,
-    import_tensorflow,
-    setup_logging,
+    set_up_command,
 )
 
 
@@ -30,11 +28,9 @@ def main(argv=None, prog: str = "kt-import") -> int:
     )
     parser.add_argument("source_dir", metavar="SOURCE_DIR", help="the downloaded model directory")
     parser.add_argument("--model-dir", required=True, help="the run directory to write (new)")
-    add_log_level_flag(parser)
-    add_version_flag(parser)
+    add_command_flags(parser)
     args = parser.parse_args(argv)
-    setup_logging(args.log_level)
-    import_tensorflow(args.log_level)
+    set_up_command(args.log_level)
 
     from keras_transformer.errors import KerasTransformerError
     from keras_transformer.importers import import_model

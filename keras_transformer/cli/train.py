@@ -23,7 +23,7 @@ def build_parser(prog: str = "kt-train") -> argparse.ArgumentParser:
     parsed namespace (argparse.SUPPRESS), so a given flag wins even when it equals its default."""
     import dataclasses
 
-    from keras_transformer.cli.common import add_log_level_flag, add_version_flag
+    from keras_transformer.cli.common import add_command_flags
     from keras_transformer.settings.args import TrainArgs, default_text, option
 
     parser = ArgumentParser(
@@ -52,8 +52,7 @@ def build_parser(prog: str = "kt-train") -> argparse.ArgumentParser:
         help="resolve every setting (reading the corpus sizes), print the plan and exit: "
         "trains no tokenizer and writes nothing",
     )
-    add_log_level_flag(parser)
-    add_version_flag(parser)
+    add_command_flags(parser)
     return parser
 
 
@@ -106,13 +105,12 @@ def parse_args(argv=None, prog: str = "kt-train"):
 
 def main(argv=None, prog: str = "kt-train") -> int:
     # no TensorFlow yet: --help and flag errors answer at once
-    from keras_transformer.cli.common import import_tensorflow, setup_logging
+    from keras_transformer.cli.common import set_up_command
     from keras_transformer.config import ConfigError
     from keras_transformer.errors import KerasTransformerError
 
     try:
         args, command = parse_command(argv, prog)
-        setup_logging(command.log_level)
         from keras_transformer.settings.plan import Plan
 
         try:
@@ -122,11 +120,14 @@ def main(argv=None, prog: str = "kt-train") -> int:
         from keras_transformer.files import check_writable_dir
 
         check_writable_dir(args.model_dir, "--model-dir")  # before the data and the tokenizer
-        import_tensorflow(command.log_level)
-        from keras_transformer.training.strategy import configure_devices, split_cpu
+        set_up_command(command.log_level)
+        from keras_transformer.training.strategy import configure_devices
 
-        split_cpu(args.cpu_devices or 1)  # before anything starts TensorFlow's runtime
-        configure_devices(memory_growth=args.gpu_memory_growth, deterministic=args.deterministic)
+        configure_devices(  # before anything starts TensorFlow's runtime
+            cpu_devices=args.cpu_devices or 1,
+            memory_growth=args.gpu_memory_growth,
+            deterministic=args.deterministic,
+        )
         if command.dry_run:
             from keras_transformer.training.trainer import dry_run
 

@@ -199,4 +199,9 @@ def _model(proto: bytes):
 BPE = 2  # sentencepiece_model_pb2.TrainerSpec.BPE
 
 
-__all__ = ["UNIGRAM_NBEST", "SubwordSampler", "merge_tree"]
+def subword_sampler(tokenizer: SubwordTokenizer, alpha: float | None) -> SubwordSampler | None:
+    """The training sentences' segmentation sampler of --subword-alpha (None: off)."""
+    return SubwordSampler(tokenizer, alpha) if alpha else None
+
+
+__all__ = ["UNIGRAM_NBEST", "SubwordSampler", "merge_tree", "subword_sampler"]

@@ -6,7 +6,7 @@ import io
 import os
 import random
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import tensorflow as tf
 import tensorflow_text as tf_text
@@ -133,6 +133,14 @@ def _vocab_size_error(err: RuntimeError, vocab_size: int) -> TokenizerError | No
         f"{NUM_BYTE_PIECES} byte pieces and the characters of the training text need "
         f"at least {sizes.group(2)}"
     )
+
+
+def pair_sentences(pairs: Iterable[tuple[bytes, bytes]]) -> Iterator[str]:
+    """Both sides of (source, target) UTF-8 pairs, e.g. a corpus's
+    `dataset.as_numpy_iterator()`: the text a joint vocabulary is trained on."""
+    for src, tgt in pairs:
+        yield src.decode("utf-8")
+        yield tgt.decode("utf-8")
 
 
 def reservoir_sample(items: Iterable[str], size: int, seed: int) -> list[str]:

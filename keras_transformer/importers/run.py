@@ -166,8 +166,7 @@ def write_run(checkpoint: MarianCheckpoint, model_dir: str) -> Run:
         raise ImportFailure(
             f"source.spm / target.spm is not a SentencePiece model ({first})"
         ) from None
-    run.write_run_config(RunConfig.of_import(checkpoint.config, checkpoint.origin))
-    run.save_tokenizer(tokenizer)
+    run.create(RunConfig.of_import(checkpoint.config, checkpoint.origin), tokenizer)
     saved = tf.train.Checkpoint(model=model)
     for best in (False, True):
         run.checkpoint_manager(saved, best=best).save(checkpoint_number=1)

@@ -62,8 +62,17 @@ def training_checkpoint(model: TrainingModel, progress: cb.BleuProgress) -> tf.t
     )
 
 
-def restore(shared: Run, checkpoint, model, bleu, metrics) -> bool:
-    """Resume from the chief's newest checkpoint, on every worker; False when there is none.
+def restore(job: Job, checkpoint, model, bleu, metrics) -> bool:
+    """Resume from the chief's newest checkpoint (`restore_newest`), on every worker; False
+    when there is none. Then every worker checks that all are at the chief's step
+    (`check_restored_step`)."""
+    restored = restore_newest(job.shared, checkpoint, model, bleu, metrics)
+    check_restored_step(job, step_of(model))
+    return restored
+
+
+def restore_newest(shared: Run, checkpoint, model, bleu, metrics) -> bool:
+    """Restore the chief's newest checkpoint; False when there is none.
 
     Only the chief writes checkpoints; every worker restores the chief's newest one, so all
     restart at the same step (and call their collectives at the same steps).
@@ -123,6 +132,7 @@ __all__ = [
     "build_model",
     "check_restored_step",
     "restore",
+    "restore_newest",
     "seed_states",
     "step_of",
     "training_checkpoint",

@@ -21,8 +21,8 @@ from keras_transformer.data import (
     train_sentencepiece,
 )
 from keras_transformer.data.mixing import TAG, MixedText
-from keras_transformer.data.subword import SubwordSampler
-from keras_transformer.data.tokenizer import TooManyPieces
+from keras_transformer.data.subword import subword_sampler
+from keras_transformer.data.tokenizer import TooManyPieces, pair_sentences
 from keras_transformer.run_dir import CONFIG_FILE, Run
 from keras_transformer.settings import recipe
 from keras_transformer.settings.args import (
@@ -144,8 +144,7 @@ def new_run(run: Run, args: TrainArgs, train, replicas: int = 1):
             label_smoothing=settings.label_smoothing,
         )
     config = RunConfig.new(model, settings, source.record() if source else None)
-    run.save_tokenizer(tokenizer)  # before config.json: other workers wait for config.json
-    run.write_run_config(config)
+    run.create(config, tokenizer)
     return config, tokenizer
 
 
@@ -190,16 +189,11 @@ def resumed(run: Run, args: TrainArgs) -> RunConfig:
 
 
 def train_tokenizer(train, vocab_size: int, args: TrainArgs) -> SubwordTokenizer:
-    def sentences():
-        for src, tgt in train.dataset.as_numpy_iterator():
-            yield src.decode("utf-8")
-            yield tgt.decode("utf-8")
-
     model_type = args.spm_model_type or DEFAULT_SPM_MODEL_TYPE
     logger.info("training a %d-piece %s SentencePiece model", vocab_size, model_type)
     try:
         proto = train_sentencepiece(
-            sentences(),
+            pair_sentences(train.dataset.as_numpy_iterator()),
             vocab_size,
             model_type=model_type,
             seed=args.seed,
@@ -213,11 +207,6 @@ def train_tokenizer(train, vocab_size: int, args: TrainArgs) -> SubwordTokenizer
             f"{train.num_pairs} pairs allows: pass --vocab-size {err.largest} or less"
         ) from None
     return SubwordTokenizer(proto)
-
-
-def subword_sampler(tokenizer: SubwordTokenizer, alpha: float | None) -> SubwordSampler | None:
-    """The training sentences' segmentation sampler of --subword-alpha (None: off)."""
-    return SubwordSampler(tokenizer, alpha) if alpha else None
 
 
 def count_batches(
@@ -254,7 +243,6 @@ __all__ = [
     "planned_settings",
     "prepare",
     "resumed",
-    "subword_sampler",
     "train_tokenizer",
     "wait_for",
 ]

@@ -43,13 +43,18 @@ def split_cpu(num_devices: int) -> None:
         raise StrategyError(f"--cpu-devices must be set before TensorFlow starts: {err}") from None
 
 
-def configure_devices(*, memory_growth: bool = False, deterministic: bool = False) -> None:
-    """--gpu-memory-growth and --deterministic; before TensorFlow initializes the GPUs.
+def configure_devices(
+    *, cpu_devices: int | None = None, memory_growth: bool = False, deterministic: bool = False
+) -> None:
+    """--cpu-devices (`split_cpu`), --gpu-memory-growth and --deterministic; before
+    TensorFlow initializes its devices.
 
     `deterministic`: every op picks a deterministic kernel (or raises when it has none),
     and float32 matmuls and convolutions stop using TensorFloat-32 (on by default on
     Ampere and later GPUs: 10-bit mantissas inside float32 ops).
     """
+    if cpu_devices is not None:
+        split_cpu(cpu_devices)
     if memory_growth:
         for gpu in tf.config.list_physical_devices("GPU"):
             try:

@@ -8,6 +8,7 @@ import logging
 import tensorflow as tf
 
 from keras_transformer.data import PipelineStats, make_batches, training_batches
+from keras_transformer.data.subword import subword_sampler
 from keras_transformer.settings.args import TrainSettings
 from keras_transformer.training.step import TrainingModel
 
@@ -28,13 +29,15 @@ def validation_batches(valid, tokenizer, settings: TrainSettings) -> tf.data.Dat
     return batches.apply(tf.data.experimental.assert_cardinality(count))
 
 
-def training_stream(train_data, tokenizer, settings: TrainSettings, stats, subword, split=1):
-    """`data_from(start)`: the training batches from stream position `start`, position-tagged.
+def training_stream(train_data, tokenizer, settings: TrainSettings, stats, split=1):
+    """`data_from(start)`: the training batches from stream position `start`, position-tagged,
+    segmented as --subword-alpha says (`data.subword`: the training sentences only).
 
     `data_from(start, shard=(index, count), replicas=n)`: one worker's stream of its share of
     the pairs, in batches of 1/n of the token budget (one replica's).
     With --jit-compile, a bucket's batches all have its row count, divisible by the rows'
     split: `split` replicas (one stream's batches split between them) x --accum-steps."""
+    subword = subword_sampler(tokenizer, settings.subword_alpha)
 
     def data_from(start: int, shard=None, replicas: int = 1) -> tf.data.Dataset:
         static = settings.accum_steps * (split if shard is None else 1)

@@ -20,13 +20,12 @@ from keras_transformer.training.dry_run import dry_run, log_replica_tokens
 from keras_transformer.training.job import Job
 from keras_transformer.training.model_state import (
     build_model,
-    check_restored_step,
     restore,
     seed_states,
     step_of,
 )
 from keras_transformer.training.preemption import PreemptionSave
-from keras_transformer.training.preparation import Preparation, prepare, subword_sampler
+from keras_transformer.training.preparation import Preparation, prepare
 from keras_transformer.training.run_callbacks import bookkeeping, fit_verbosity, make_callbacks
 from keras_transformer.training.step import TrainingModel
 from keras_transformer.training.strategy import check_devices, device_report, set_precision
@@ -56,11 +55,10 @@ def train(plan: Plan) -> dict:
     with job.strategy.scope():
         model = build_model(prep.config.model, settings)
     parts = bookkeeping(job, prep, model)
-    if not restore(job.shared, parts.checkpoint, model, parts.bleu, parts.metrics):
+    if not restore(job, parts.checkpoint, model, parts.bleu, parts.metrics):
         if prep.config.init is not None:  # a fine-tuned run starts from its source's weights
             keep = seed_states(model.transformer)
             fine_tune.initialize(model.transformer, prep.config.init, keep=keep)
-    check_restored_step(job, step_of(model))
     if step_of(model) >= settings.train_steps:
         logger.info("already at step %d >= --train-steps %d", step_of(model), settings.train_steps)
         return summarize(job.shared, settings, model, parts.bleu)
@@ -90,10 +88,8 @@ def set_up(settings: TrainSettings, args: TrainArgs, replicas: int) -> None:
 def input_stream(job: Job, prep: Preparation, model: TrainingModel, stats: PipelineStats):
     """`data_from(start)`: the training stream (`streams.training_stream`); under
     multi_worker each worker reads its own share (`streams.worker_streams`)."""
-    settings = prep.settings
-    subword = subword_sampler(prep.tokenizer, settings.subword_alpha)  # training sentences only
     replicas = job.strategy.num_replicas_in_sync
-    data_from = training_stream(prep.train, prep.tokenizer, settings, stats, subword, replicas)
+    data_from = training_stream(prep.train, prep.tokenizer, prep.settings, stats, replicas)
     if model.replica_next is not None:  # multi-worker: each worker reads its own share
         data_from = worker_streams(job.strategy, model, data_from)
     return data_from

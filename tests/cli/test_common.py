@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+from keras_transformer.cli import common
 from keras_transformer.cli.common import setup_logging
 from keras_transformer.settings.args import TrainArgs
 
@@ -72,6 +73,18 @@ def test_the_commands_logging_shows_info_lines_as_they_were_printed(package_logg
     report_dropped(Stats(3), TrainArgs())
     assert stream.getvalue().count("dropped") == 1
     assert sum(getattr(h, "kt_command", False) for h in package_logger.handlers) == 1
+
+
+def test_set_up_command_logs_at_its_level_to_stdout_then_imports_tensorflow(
+    package_logger, capsys, monkeypatch
+):
+    imported = []
+    monkeypatch.setattr(common, "import_tensorflow", imported.append)
+    common.set_up_command("WARNING")
+    assert imported == ["WARNING"]
+    logging.getLogger("keras_transformer.training").info("not shown")
+    logging.getLogger("keras_transformer.training").warning("shown")
+    assert capsys.readouterr().out == "WARNING: shown\n"
 
 
 @pytest.mark.parametrize("command", COMMANDS)

@@ -12,7 +12,7 @@ import tensorflow_text as tf_text
 from keras_transformer.data import SubwordTokenizer, make_batches, train_sentencepiece
 from keras_transformer.data.pipeline import stream_position
 from keras_transformer.data.sources import ParallelText
-from keras_transformer.data.subword import SubwordSampler, merge_tree
+from keras_transformer.data.subword import SubwordSampler, merge_tree, subword_sampler
 from tests.data.test_pipeline import (
     assert_same_batches,
     expected_rows,
@@ -220,3 +220,10 @@ def test_bpe_dropout_matches_independent_merge_drops(text):
     for segmentation, p in expected.items():
         sigma = np.sqrt(p * (1 - p) / n)
         assert abs(got[segmentation] / n - p) <= 4 * sigma + 1e-3, (segmentation, p)
+
+
+def test_subword_sampler_is_off_without_an_alpha(tokenizer):
+    """--subword-alpha unset or 0: no sampler (the deterministic segmentation)."""
+    assert subword_sampler(tokenizer, None) is None and subword_sampler(tokenizer, 0.0) is None
+    sampler = subword_sampler(tokenizer, 0.1)
+    assert isinstance(sampler, SubwordSampler) and sampler.alpha == 0.1

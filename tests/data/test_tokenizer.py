@@ -15,6 +15,7 @@ from keras_transformer.data.tokenizer import (
     UNK_ID,
     TokenizerError,
     TooManyPieces,
+    pair_sentences,
 )
 from keras_transformer.run_dir import Run
 
@@ -148,3 +149,10 @@ def test_the_sample_is_bounded_and_seeded(multi30k_dir):
     first = train_sentencepiece(sentences, 600, max_sentences=2000, seed=1)
     assert train_sentencepiece(sentences, 600, max_sentences=2000, seed=1) == first
     assert train_sentencepiece(sentences, 600, max_sentences=2000, seed=2) != first
+
+
+def test_pair_sentences_are_both_sides_decoded_in_order():
+    """What a joint vocabulary is trained on: source then target of each pair, as str."""
+    pairs = tf.data.Dataset.from_tensor_slices((["Zwei Männer", "b"], ["Two men", "ß"]))
+    got = pair_sentences(pairs.as_numpy_iterator())
+    assert list(got) == ["Zwei Männer", "Two men", "b", "ß"]

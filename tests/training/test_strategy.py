@@ -193,9 +193,11 @@ def test_xla_micro_batches_keep_one_micro_batch_in_memory():
 
 
 def test_device_flags(monkeypatch):
-    """--gpu-memory-growth on every GPU; --deterministic: op determinism on, TF32 off."""
+    """--cpu-devices splits the CPU; --gpu-memory-growth on every GPU; --deterministic: op
+    determinism on, TF32 off."""
     from tensorflow.python.framework import config as tf_config
 
+    from keras_transformer.training import strategy as strategy_module
     from keras_transformer.training.strategy import configure_devices
 
     grown = []
@@ -205,8 +207,12 @@ def test_device_flags(monkeypatch):
     monkeypatch.setattr(
         tf.config.experimental, "set_memory_growth", lambda d, on: grown.append((d, on))
     )
+    split = []
+    monkeypatch.setattr(strategy_module, "split_cpu", split.append)
     configure_devices()
-    assert grown == []
+    assert grown == [] and split == []
+    configure_devices(cpu_devices=2)  # --cpu-devices: the CPU split first
+    assert split == [2]
     configure_devices(memory_growth=True)
     assert grown == [("gpu0", True), ("gpu1", True)]
     assert not tf_config.is_op_determinism_enabled()

@@ -11,6 +11,7 @@ import pytest
 
 from keras_transformer.cli.train import main
 from keras_transformer.run_dir import Run
+from tests.training.small_corpus import run_commands
 from tests.training.trainer_runs import (
     checkpoint_values,
     events,
@@ -42,13 +43,16 @@ def test_resume_restores_the_loss_scale(tmp_path, mini_multi30k_dir):
     args = ["--precision", "mixed_float16", "--initial-loss-scale", str(2**24)]
     args += ["--cpu-devices", "1"]  # float16 on the CPU, asked for explicitly
     args += ["--steps-per-epoch", "40", "--eval-every", "100"]
-    run_train(model_dir, mini_multi30k_dir, "--train-steps", "2", *args)
-    first = Run(str(model_dir)).checkpoints()[-1]
+    # the run and its resume in one process tree (one import of TensorFlow)
+    _, out = run_commands(
+        train_cmd(model_dir, mini_multi30k_dir, "--train-steps", "2", *args)[1:],
+        train_cmd(model_dir, mini_multi30k_dir, "--train-steps", "4", *args)[1:],
+    )
+    checkpoints = Run(str(model_dir)).checkpoints()
+    first, last = next(c for c in checkpoints if c.endswith("-2")), checkpoints[-1]
     saved, position = checkpoint_values(first, "dynamic_scale", "data_position")
     assert saved < 2**24 and position > 2  # overflows halved the scale, skipped batches
-    out = run_train(model_dir, mini_multi30k_dir, "--train-steps", "4", *args)
     assert f"at step 2 (loss scale {saved:g})" in out.stdout
-    last = Run(str(model_dir)).checkpoints()[-1]
     assert checkpoint_values(last, "dynamic_scale", "data_position") == [saved, position + 2]
 
 

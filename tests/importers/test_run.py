@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.training.small_corpus import ROOT, write_corpus
+from tests.training.small_corpus import ROOT, run_commands, write_corpus
 
 STEPS = 100
 
@@ -39,26 +39,27 @@ def validation_nll(run_dir: str, data_dir: str) -> float:
 @pytest.fixture(scope="module")
 def tuned(marian, imported, multi30k_dir):
     """The imported run fine-tuned for STEPS updates on Multi30k train lines 0-600, with the
-    automatic recipe (no --warmup-steps, no --lr-scale)."""
+    automatic recipe (no --warmup-steps, no --lr-scale), and its export (kt-export as
+    docs/opus-mt.md runs it): both commands in one process tree (one import of TensorFlow).
+    (run dir, data dir, export dir)."""
     root = marian[0]
     flags = write_corpus(os.path.join(root, "data"), multi30k_dir, 0, 600)
-    run_dir = os.path.join(root, "tuned")
-    out = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "train.py"), "--model-dir", run_dir,
-         "--init-from", imported, *flags, "--train-steps", str(STEPS), "--max-length", "64",
-         "--batch-tokens", "1024", "--eval-sentences", "8", "--eval-beam-size", "1",
-         "--verbose", "0", "--log-every", "50"],
-        capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT},
+    run_dir, export_dir = os.path.join(root, "tuned"), os.path.join(root, "exported")
+    run_commands(
+        [os.path.join(ROOT, "train.py"), "--model-dir", run_dir, "--init-from", imported,
+         *flags, "--train-steps", str(STEPS), "--max-length", "64", "--batch-tokens", "1024",
+         "--eval-sentences", "8", "--eval-beam-size", "1", "--verbose", "0", "--log-every", "50"],
+        ["-m", "keras_transformer.cli.export", "--model-dir", run_dir, "--export-dir",
+         export_dir, "--model-name", "opus-mt-tuned", "--average-last", "1"],
     )  # fmt: skip
-    assert out.returncode == 0, out.stderr[-3000:]
-    return run_dir, os.path.join(root, "data")
+    return run_dir, os.path.join(root, "data"), export_dir
 
 
 @pytest.mark.slow
 def test_a_fine_tuned_import_keeps_its_model_and_tokenizers_and_lowers_its_loss(imported, tuned):
     from keras_transformer.settings.recipe import FINE_TUNE_PEAK_LR
 
-    run_dir, data_dir = tuned
+    run_dir, data_dir, _ = tuned
     source, config = (json.load(open(os.path.join(d, "config.json"))) for d in (imported, run_dir))
     assert config["model"] == source["model"]  # the model's own options (decoder_layers, ...)
     assert config["model"]["decoder_start_zero"] and config["model"]["sinusoid_layout"] == "halves"
@@ -77,25 +78,19 @@ def test_a_fine_tuned_import_keeps_its_model_and_tokenizers_and_lowers_its_loss(
 
 
 @pytest.mark.slow
-def test_a_fine_tuned_import_exports_and_translates(tuned, tmp_path):
+def test_a_fine_tuned_import_exports_and_translates(tuned):
     from keras_transformer.inference.translator import Translator
     from keras_transformer.run_dir import Run
     from tests.inference.test_export import documented_requests, tf_serving
 
-    run_dir, _ = tuned
-    out = subprocess.run(
-        [sys.executable, "-m", "keras_transformer.cli.export", "--model-dir", run_dir,
-         "--export-dir", str(tmp_path), "--model-name", "opus-mt-tuned", "--average-last", "1"],
-        capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT},
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr[-3000:]
+    run_dir, _, export_dir = tuned  # exported by the fixture, with the commands' exit 0
     sentences = ["A dog runs in the snow.", "Two men are talking."]
     body = {"signature_name": "serving_default", "inputs": {"inputs": sentences}}
     # with the requests of docs/opus-mt.md, as written: one server process answers all
     page = [b for where, b in documented_requests() if where == "docs/opus-mt.md"]
     assert len(page) == 2
     answer, first, second = tf_serving(
-        str(tmp_path / "opus-mt-tuned" / "1"), [[body], *([b] for b in page)]
+        os.path.join(export_dir, "opus-mt-tuned", "1"), [[body], *([b] for b in page)]
     )
     assert "error" not in answer, answer
     served = answer["results"][0]

@@ -36,6 +36,7 @@ def batches():
 
 
 def train(jit_compile, precision, dropout=0.0):
+    keras.backend.clear_session()  # the runs before: 26 s instead of 14 for the last
     keras.utils.set_random_seed(0)
     set_precision(precision)
     strategy = make_strategy("mirrored")

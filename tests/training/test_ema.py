@@ -15,8 +15,7 @@ from keras_transformer.training import ema
 from keras_transformer.training.step import TrainingModel
 from keras_transformer.training.strategy import set_precision
 from keras_transformer.training.trainer import fit_to_step
-from tests.cli_contract import run_command
-from tests.training.small_corpus import run_train, write_corpus
+from tests.training.small_corpus import run_commands, train_argv, write_corpus
 
 DECAY = 0.6
 
@@ -134,14 +133,17 @@ RUN = ("--steps-per-epoch", "4", "--checkpoint-every", "2", "--eval-every", "4",
 
 @pytest.fixture(scope="module")
 def ema_runs(tmp_path_factory, multi30k_dir):
-    """(12 steps with --ema-decay, the same 12 steps without it). The resume of a run with
-    --ema-decay is checked by test_trainer_kill (its two-corpora case), bit for bit."""
+    """(12 steps with --ema-decay, the same 12 steps without it), in one process tree. The
+    resume of a run with --ema-decay is checked by test_trainer_kill (its two-corpora case),
+    bit for bit."""
     base = tmp_path_factory.mktemp("ema")
     data = write_corpus(base / "data", multi30k_dir, 0, 600)
     alone, plain = base / "alone", base / "plain"
-    run_train(alone, *data, *RUN, "--train-steps", "12")
     without = [f for f in RUN if f not in ("--ema-decay", "0.9")]
-    run_train(plain, *data, *without, "--train-steps", "12")
+    run_commands(
+        train_argv(alone, *data, *RUN, "--train-steps", "12"),
+        train_argv(plain, *data, *without, "--train-steps", "12"),
+    )
     return alone, plain
 
 
@@ -210,15 +212,16 @@ def test_export_takes_the_averages_unless_no_ema(ema_runs, tmp_path):
     raw = raw_model.trainable_variables[embedding].numpy()
     averaged = averaged_model.trainable_variables[embedding].numpy()
     assert float(np.abs(raw - averaged).max()) > 1e-4
-    paths = {}
-    # no agreement report (test_export_formats checks it): the weights are what is compared
-    for name, flags in (("ema", []), ("raw", ["--no-ema"])):
-        out = run_command(
+    # no agreement report (test_export_formats checks it): the weights are what is compared;
+    # the two exports in one process tree
+    run_commands(
+        *(
             ["export.py", "--model-dir", run_dir, "--export-dir", str(tmp_path / name),
              "--average-last", "1", "--agreement-sentences", "0", *flags]
-        )  # fmt: skip
-        assert out.returncode == 0, out.stderr.decode()[-2000:]
-        paths[name] = str(tmp_path / name / "transformer" / "1")
+            for name, flags in (("ema", []), ("raw", ["--no-ema"]))
+        )
+    )  # fmt: skip
+    paths = {name: str(tmp_path / name / "transformer" / "1") for name in ("ema", "raw")}
     ema_arrays, raw_arrays = exported_arrays(paths["ema"]), exported_arrays(paths["raw"])
     assert contains(ema_arrays, averaged) and not contains(ema_arrays, raw)
     assert contains(raw_arrays, raw) and not contains(raw_arrays, averaged)

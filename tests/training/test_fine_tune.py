@@ -12,7 +12,7 @@ import keras_transformer as kt
 from keras_transformer.data import load_parallel, training_batches
 from keras_transformer.losses import LabelSmoothedCrossEntropy
 from keras_transformer.run_dir import Run
-from tests.training.small_corpus import run_train, write_corpus
+from tests.training.small_corpus import run_commands, train_argv, write_corpus
 
 SOURCE = ("--train-steps", "8", "--steps-per-epoch", "8", "--eval-every", "8",
           "--dropout-rate", "0", "--lr-scale", "4")  # fmt: skip
@@ -23,15 +23,20 @@ TUNE = ("--steps-per-epoch", "2", "--checkpoint-every", "2", "--eval-every", "4"
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, multi30k_dir):
     """The source run (8 steps on train lines 0-600, best/ at step 8) and three fine-tuned
-    runs on train lines 600-1200: 4 steps left alone, and 2 steps then resumed to 4."""
+    runs on train lines 600-1200: 4 steps left alone, and 2 steps then resumed to 4. The
+    four commands run in order in one process tree (one import of TensorFlow)."""
     base = tmp_path_factory.mktemp("fine_tune")
     source = base / "source"
-    run_train(source, *write_corpus(base / "a", multi30k_dir, 0, 600), *SOURCE)
+    data = write_corpus(base / "a", multi30k_dir, 0, 600)
     other = write_corpus(base / "b", multi30k_dir, 600, 1200)
     alone, resumed = base / "alone", base / "resumed"
-    first = run_train(alone, *other, *TUNE, "--init-from", str(source), "--train-steps", "4")
-    run_train(resumed, *other, *TUNE, "--init-from", str(source), "--train-steps", "2")
-    again = run_train(resumed, *other, *TUNE, "--init-from", str(source), "--train-steps", "4")
+    tune = (*other, *TUNE, "--init-from", str(source), "--train-steps")
+    _, first, _, again = run_commands(
+        train_argv(source, *data, *SOURCE),
+        train_argv(alone, *tune, "4"),
+        train_argv(resumed, *tune, "2"),
+        train_argv(resumed, *tune, "4"),
+    )
     return dict(source=source, alone=alone, resumed=resumed, data=base / "b", logs=(first, again))
 
 

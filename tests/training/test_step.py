@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer.run_dir import Run
-from tests.training.small_corpus import run_train, write_corpus
+from tests.training.small_corpus import run_commands, train_argv, write_corpus
 from tests.training.test_strategy import run_script
 
 
@@ -30,9 +30,10 @@ def test_one_device_and_two_cpus_drop_the_same_pairs_and_read_the_same_batches(
     the same dropped-pairs count (it was doubled), the same stream position after 3 steps."""
     flags = write_corpus(tmp_path / "corpus", multi30k_dir, 0, 1500)
     flags += ["--train-steps", "3", "--steps-per-epoch", "3", "--eval-every", "100"]
+    runs = (("one", []), ("two", ["--cpu-devices", "2", "--strategy", "mirrored"]))
+    outs = run_commands(*(train_argv(tmp_path / name, *flags, *extra) for name, extra in runs))
     dropped, positions = [], []
-    for name, extra in (("one", []), ("two", ["--cpu-devices", "2", "--strategy", "mirrored"])):
-        out = run_train(tmp_path / name, *flags, *extra)
+    for (name, _), out in zip(runs, outs):
         dropped.append(int(re.search(r"dropped (\d+) training pairs", out.stdout).group(1)))
         reader = tf.train.load_checkpoint(Run(str(tmp_path / name)).checkpoints()[-1])
         positions.append(

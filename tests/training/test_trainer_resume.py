@@ -5,16 +5,15 @@ run is refused (training.trainer). On a Multi30k folder of 400 training pairs
 
 import contextlib
 import logging
-import os
 
 import pytest
 
 from keras_transformer.cli.train import main
 from keras_transformer.run_dir import Run
+from tests.training.small_corpus import run_commands
 from tests.training.trainer_runs import (
     checkpoint_values,
     events,
-    run_train,
     tensorboard_steps,
     train_cmd,
 )
@@ -42,13 +41,16 @@ def test_resume_restores_the_loss_scale(tmp_path, mini_multi30k_dir):
     args = ["--precision", "mixed_float16", "--initial-loss-scale", str(2**24)]
     args += ["--cpu-devices", "1"]  # float16 on the CPU, asked for explicitly
     args += ["--steps-per-epoch", "40", "--eval-every", "100"]
-    run_train(model_dir, mini_multi30k_dir, "--train-steps", "2", *args)
-    first = Run(str(model_dir)).checkpoints()[-1]
+    # the run and its resume in one process tree (one import of TensorFlow)
+    _, out = run_commands(
+        train_cmd(model_dir, mini_multi30k_dir, "--train-steps", "2", *args)[1:],
+        train_cmd(model_dir, mini_multi30k_dir, "--train-steps", "4", *args)[1:],
+    )
+    checkpoints = Run(str(model_dir)).checkpoints()
+    first, last = next(c for c in checkpoints if c.endswith("-2")), checkpoints[-1]
     saved, position = checkpoint_values(first, "dynamic_scale", "data_position")
     assert saved < 2**24 and position > 2  # overflows halved the scale, skipped batches
-    out = run_train(model_dir, mini_multi30k_dir, "--train-steps", "4", *args)
     assert f"at step 2 (loss scale {saved:g})" in out.stdout
-    last = Run(str(model_dir)).checkpoints()[-1]
     assert checkpoint_values(last, "dynamic_scale", "data_position") == [saved, position + 2]
 
 
@@ -62,16 +64,27 @@ def test_a_kill_before_the_first_checkpoint_then_flags_that_would_change_the_run
     continue it are fine (one chain of starts: the kill test moved here from
     test_trainer_kill, so that the refusals need no run of their own)."""
     flags = ["--steps-per-epoch", "5", "--eval-every", "5", "--warmup-steps", "30"]
-    model_dir = tmp_path / "killed"
-    killed = run_train(model_dir, mini_multi30k_dir, "--train-steps", "5", *flags, check=False,
-                       env=dict(os.environ, KT_KILL_AT="5:epoch_end"))  # fmt: skip
+    model_dir, as_killed, restarted = (tmp_path / n for n in ("killed", "as-killed", "restarted"))
+    copy = tmp_path / "copy.py"  # keeps the run directory as the kill, then the restart left it
+    copy.write_text("import shutil, sys\nshutil.copytree(sys.argv[1], sys.argv[2])\n")
+    # the three kt-train commands of this test in one process tree (one import of TensorFlow)
+    killed, _, out, _, last = run_commands(
+        train_cmd(model_dir, mini_multi30k_dir, "--train-steps", "5", *flags)[1:],
+        [copy, model_dir, as_killed],
+        train_cmd(model_dir, mini_multi30k_dir, "--train-steps", "5", *flags)[1:],
+        [copy, model_dir, restarted],
+        train_cmd(model_dir, mini_multi30k_dir, "--train-steps", "6", *flags,
+                  "--log-level", "WARNING")[1:],
+        envs=[{"KT_KILL_AT": "5:epoch_end"}, None, None, None, None],
+        check=False,
+    )  # fmt: skip
     assert killed.returncode == 137, killed.stderr[-3000:]
-    assert Run(str(model_dir)).checkpoints() == []
-    assert events(model_dir) == [("train", 5), ("bleu", 5), ("epoch", 5)]
-    out = run_train(model_dir, mini_multi30k_dir, "--train-steps", "5", *flags)
-    assert events(model_dir) == [("train", 5), ("bleu", 5), ("epoch", 5)]
-    assert tensorboard_steps(model_dir) == [5]
-    assert tensorboard_steps(model_dir, "epoch_loss") == [5]
+    assert Run(str(as_killed)).checkpoints() == []
+    assert events(as_killed) == [("train", 5), ("bleu", 5), ("epoch", 5)]
+    assert out.returncode == 0 and last.returncode == 0, out.stderr[-3000:] + last.stderr[-3000:]
+    assert events(restarted) == [("train", 5), ("bleu", 5), ("epoch", 5)]
+    assert tensorboard_steps(restarted) == [5]
+    assert tensorboard_steps(restarted, "epoch_loss") == [5]
 
     assert "settings (config.json):" in out.stdout  # logged at INFO, the default --log-level
     # the refusals: kt-train's main in this process (the command line train.py runs, its
@@ -90,8 +103,5 @@ def test_a_kill_before_the_first_checkpoint_then_flags_that_would_change_the_run
         assert err.startswith("train.py: error: ") and len(err.strip().splitlines()) == 1
     # flags that only continue the run are fine; --log-level WARNING hides the INFO lines,
     # not the command's output (the summary)
-    out = run_train(
-        model_dir, mini_multi30k_dir, "--train-steps", "6", *flags, "--log-level", "WARNING"
-    )
-    assert "training ended at step 6 of 6" in out.stdout
-    assert "settings (config.json):" not in out.stdout and "resumed from" not in out.stdout
+    assert "training ended at step 6 of 6" in last.stdout
+    assert "settings (config.json):" not in last.stdout and "resumed from" not in last.stdout

@@ -31,5 +31,5 @@ def test_sync_saves_are_timed_and_async_stops_at_its_second_save(tmp_path):
     assert len(result["async"]["blocked_s"]) == 1
     assert result["async"]["error"].startswith("save 2: ValueError: tf.function only supports")
     kt_async = result["kt_async"]
-    assert "error" not in kt_async and len(kt_async["blocked_s"]) == 2 and kt_async["sync_s"] >= 0
+    assert "error" not in kt_async and len(kt_async["blocked_s"]) == len(kt_async["write_s"]) == 2
     assert os.listdir(tmp_path) == []  # the benchmark cleans up

@@ -162,3 +162,26 @@ def test_async_saves_of_mirrored_variables_equal_synchronous_ones(tmp_path):
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["variable"] == "MirroredVariable" and result["checkpoints"] == 3
     assert result["keys"] > 50 and result["differ"] == []
+
+
+@pytest.mark.slow
+def test_kt_train_killed_inside_an_async_write_resumes_from_the_previous_checkpoint(
+    tmp_path, mini_multi30k_dir
+):
+    """kt-train --async-checkpoint, killed (SIGKILL's os._exit) by the background writer
+    after step 4's files and before the state file: step 2 is the newest checkpoint, and the
+    same command resumes from it and writes step 4."""
+    from keras_transformer.run_dir import Run
+    from tests.training.trainer_runs import run_train
+
+    model_dir = tmp_path / "run"
+    flags = ["--train-steps", "4", "--checkpoint-every", "2", "--async-checkpoint"]
+    flags += ["--steps-per-epoch", "40", "--eval-every", "100"]
+    env = {**os.environ, "KT_KILL_AT": "4:save"}
+    killed = run_train(model_dir, mini_multi30k_dir, *flags, env=env, check=False)
+    assert killed.returncode == 137, killed.stderr[-2000:]
+    assert os.path.exists(model_dir / "checkpoints" / "ckpt-4.index")  # written, not listed
+    assert [os.path.basename(p) for p in Run(str(model_dir)).checkpoints()] == ["ckpt-2"]
+    out = run_train(model_dir, mini_multi30k_dir, *flags)
+    assert "at step 2" in out.stdout + out.stderr
+    assert [os.path.basename(p) for p in Run(str(model_dir)).checkpoints()] == ["ckpt-2", "ckpt-4"]

@@ -1,6 +1,6 @@
 """How long the chief is blocked writing a training checkpoint (the model and its Adam slots,
-as kt-train saves them), and whether TensorFlow's asynchronous checkpoint works with this
-model. Prints one JSON object.
+as kt-train saves them), synchronously, with TensorFlow's asynchronous checkpoint as it is,
+and with kt-train's --async-checkpoint. Prints one JSON object.
 
     python benchmarks/bench_checkpoint.py [--preset base] [--repeats 3] [--dir /tmp/x]
 
@@ -9,6 +9,9 @@ multi-worker job every other worker waits in its next collective). `async`: the 
 with `tf.train.CheckpointOptions(experimental_enable_async_checkpoint=True)`: the time the
 caller was blocked per save, or the error that stopped them (TF 2.21 with Keras 3.15: the
 second save fails, Keras' variables create a tf.Variable inside TensorFlow's copy function).
+`kt_async`: kt-train's --async-checkpoint (`training.async_checkpoint.AsyncWrites`: the
+same asynchronous checkpoint with Keras' variables fixed), the seconds each save blocked,
+the previous write finished, and the seconds its write went on in the background.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import tensorflow as tf
 
 from keras_transformer.config import TransformerConfig
 from keras_transformer.model import Transformer
+from keras_transformer.training.async_checkpoint import AsyncWrites
 
 
 def training_state(preset: str):
@@ -34,7 +38,7 @@ def training_state(preset: str):
     model((ids, ids))
     optimizer = keras.optimizers.Adam()
     optimizer.build(model.trainable_variables)
-    return tf.train.Checkpoint(model=model, optimizer=optimizer), model
+    return {"model": model, "optimizer": optimizer}, model
 
 
 def timed_saves(checkpoint, directory: str, repeats: int, options=None) -> dict:
@@ -51,9 +55,33 @@ def timed_saves(checkpoint, directory: str, repeats: int, options=None) -> dict:
         manager.sync()
         result["sync_s"] = round(time.perf_counter() - start, 3)
     except Exception as err:  # noqa: BLE001  (the figure is the error itself)
-        kind = type(err).__name__
-        message = str(err).strip().splitlines()[-1].strip().removeprefix(f"{kind}: ")
-        result["error"] = f"save {step}: {kind}: {message}"
+        result["error"] = error_line(err, step)
+    return result
+
+
+def error_line(err: Exception, step: int) -> str:
+    """ "save N: Kind: message" (the message's last line)."""
+    kind = type(err).__name__
+    message = str(err).strip().splitlines()[-1].strip().removeprefix(f"{kind}: ")
+    return f"save {step}: {kind}: {message}"
+
+
+def kt_async_saves(checkpoint, directory: str, repeats: int) -> dict:
+    """kt-train's --async-checkpoint: "blocked_s", the seconds each save blocked its caller
+    (the previous write finished first, as when saves are --checkpoint-every steps apart),
+    and "write_s", the seconds the write went on in the background after that."""
+    writes = AsyncWrites(tf.train.CheckpointManager(checkpoint, directory, max_to_keep=1))
+    result = {"blocked_s": [], "write_s": []}
+    try:
+        for step in range(1, repeats + 1):
+            start = time.perf_counter()
+            writes.save(step)
+            saved = time.perf_counter()
+            writes.wait()
+            result["blocked_s"].append(round(saved - start, 3))
+            result["write_s"].append(round(time.perf_counter() - saved, 3))
+    except Exception as err:  # noqa: BLE001  (the figure is the error itself)
+        result["error"] = error_line(err, step)
     return result
 
 
@@ -65,15 +93,20 @@ def main(argv=None) -> dict:
     args = parser.parse_args(argv)
     root = tempfile.mkdtemp(prefix="kt-bench-ckpt-", dir=args.dir)
     try:
-        checkpoint, model = training_state(args.preset)
+        items, model = training_state(args.preset)
         result = {"preset": args.preset, "parameters": model.count_params()}
+        # a Checkpoint each: TensorFlow's asynchronous writer stays attached to its own
+        checkpoint = tf.train.Checkpoint(**items)
         result["sync"] = timed_saves(checkpoint, os.path.join(root, "sync"), args.repeats)
         result["checkpoint_mb"] = round(
             sum(e.stat().st_size for e in os.scandir(os.path.join(root, "sync"))) / 2**20, 1
         )
         options = tf.train.CheckpointOptions(experimental_enable_async_checkpoint=True)
         result["async"] = timed_saves(
-            checkpoint, os.path.join(root, "async"), args.repeats, options
+            tf.train.Checkpoint(**items), os.path.join(root, "async"), args.repeats, options
+        )
+        result["kt_async"] = kt_async_saves(
+            tf.train.Checkpoint(**items), os.path.join(root, "kt_async"), args.repeats
         )
     finally:
         shutil.rmtree(root, ignore_errors=True)

@@ -73,7 +73,10 @@ def parse(argv=None):
     point.add_argument("--corpus", nargs=2, metavar=("SRC", "TGT"), help="default: Multi30k")
     point.add_argument("--pairs", type=int, default=29000, help="the corpus's first pairs")
     point.add_argument("--chunk-pairs", type=int, default=100_000, help="pairs per chunk")
-    point.add_argument("--pieces-per-word", type=float, default=1.3)
+    point.add_argument(
+        "--pieces-per-word", type=float, default=1.3, help="without --tokenizer: an estimate"
+    )
+    point.add_argument("--tokenizer", metavar="RUN_DIR", help="lengths by this run's tokenizer")
     add("--decode-sentences", type=int, default=256, help="0: no decoding row")
     add("--decode-length", type=int, default=40)
     add("--workers", type=int, default=0, help="also a row of N local worker processes")

@@ -7,9 +7,9 @@ The budget is strong scaling, as in kt-train: the update's tokens are fixed (the
 the replicas, so each replica's share shrinks as replicas are added
 (`settings.recipe.sizes`, with --micro-batch-memory read from the GPU as kt-train does).
 
-The shapes: each pair's length in pieces is estimated from its words (--pieces-per-word; no
-tokenizer is trained here), plus eos (source) and bos (target); pairs over --max-length are
-dropped. Chunks of --chunk-pairs pairs, each shuffled, are bucketed by the pipeline's own
+The shapes: each pair's length in pieces, from a run's own tokenizer (--tokenizer RUN_DIR:
+its spm.model, as kt-train tokenizes) or estimated from its words (--pieces-per-word), plus
+eos (source) and bos (target); pairs over --max-length are dropped. Chunks of --chunk-pairs pairs, each shuffled, are bucketed by the pipeline's own
 `data.batching._bucket` (the same boundaries, budget and, with XLA, static rows), so every
 chunk ends with a partial batch per bucket as kt-train's do. The ids are random.
 """
@@ -67,8 +67,31 @@ def pair_lengths(opts) -> np.ndarray:
 
     paths = opts.corpus or [find_multi30k_file("train", lang) for lang in ("en", "de")]
     sides = [read_lines(path, opts.pairs) for path in paths]
+    if opts.tokenizer:
+        return tokenized_lengths(opts.tokenizer, sides)
     words = np.array([[len(s.split()), len(t.split())] for s, t in zip(*sides)])
     return np.rint(words * opts.pieces_per_word).astype(int) + 1  # + eos, + bos
+
+
+def tokenized_lengths(run_dir: str, sides: list[list[str]]) -> np.ndarray:
+    """(pairs, 2) lengths in pieces with the tokenizer of the run in `run_dir`, + eos / bos."""
+    import tensorflow as tf
+
+    from keras_transformer.run_dir import Run
+
+    tokenizer = Run(run_dir).load_tokenizer()
+    columns = []
+    for side in sides:
+        text = tf.constant([line.rstrip("\n") for line in side])
+        columns.append(tokenizer.tokenize(text).row_lengths().numpy())
+    return np.stack(columns, axis=1).astype(int) + 1
+
+
+def length_source(opts) -> str:
+    """How the pairs' lengths were counted (the row's "lengths")."""
+    if opts.tokenizer:
+        return f"tokenizer of {opts.tokenizer}"
+    return f"estimated: words x {opts.pieces_per_word:g}"
 
 
 def pipeline_batches(opts, vocab_size: int, budget: int, static_rows: int | None) -> list:

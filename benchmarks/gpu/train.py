@@ -130,7 +130,7 @@ def child_train(opts) -> dict:
         static = local * point["accum_steps"] if opts.xla == "on" else None
         budget = point["update_tokens"] // workers  # a worker's stream, as kt-train's
         batches = shapes.pipeline_batches(opts, cfg.vocab_size, budget, static)
-        row.update(shapes.shape_summary(batches))
+        row.update(shapes.shape_summary(batches), lengths=shapes.length_source(opts))
         warmup, accum = len(batches), point["accum_steps"]
     else:
         cfg = kt.TransformerConfig.preset(

@@ -178,6 +178,11 @@ class TrainArgs:
         counted=True,
     )
     keep_checkpoints: int = flag(5, "checkpoints kept in checkpoints/")
+    async_checkpoint: bool = flag(
+        False,
+        "write each checkpoint in a background thread: a save blocks only while it copies the "
+        "variables to host memory (one write at a time, joined before exit)",
+    )
     eval_every: int | None = flag(
         None,
         "validation BLEU every N steps",
@@ -285,16 +290,6 @@ COUNTED = flags_with(TrainArgs, "counted")
 ALTERNATIVES = alternatives(TrainArgs)
 
 __all__ = [
-    "ALTERNATIVES",
-    "COUNTED",
-    "ConfigError",
-    "FIXED_ON_RESUME",
-    "MODEL_FLAGS",
-    "TrainArgs",
-    "TrainSettings",
-    "default_text",
-    "describe",
-    "flag",
-    "flags_with",
-    "option",
-]
+    "ALTERNATIVES", "COUNTED", "ConfigError", "FIXED_ON_RESUME", "MODEL_FLAGS", "TrainArgs",
+    "TrainSettings", "default_text", "describe", "flag", "flags_with", "option",
+]  # fmt: skip

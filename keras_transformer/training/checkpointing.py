@@ -9,6 +9,7 @@ import math
 import keras
 import tensorflow as tf
 
+from keras_transformer.training.async_checkpoint import AsyncWrites
 from keras_transformer.training.callback_state import StepState, TrainingError, scalars
 from keras_transformer.training.step import NONFINITE
 
@@ -67,14 +68,25 @@ class CheckpointEvery(keras.callbacks.Callback):
     In a multi-worker job only the chief writes (`enabled`): every variable of the
     checkpoint is mirrored (identical on every worker, read without a collective), so the
     other workers' copies would be dead files.
+
+    `asynchronous` (--async-checkpoint): a save blocks only while it copies the variables to
+    host memory and the files are written in the background (`async_checkpoint.AsyncWrites`),
+    one write at a time; `wait()` joins it, as every fit's end and `save()` do.
     """
 
     def __init__(
-        self, manager, state: StepState, every: int, guard: NonFiniteLossGuard, enabled=True
-    ):
+        self, manager, state: StepState, every: int, guard: NonFiniteLossGuard, enabled=True,
+        asynchronous=False,
+    ):  # fmt: skip
         super().__init__()
         self.manager, self.state, self.every, self.guard = manager, state, every, guard
         self.enabled = enabled
+        self.writes = AsyncWrites(manager) if asynchronous and enabled else None
+
+    def wait(self) -> None:
+        """Join the background write in flight, if any; its failure raises a TrainingError."""
+        if self.writes is not None:
+            self.writes.wait()
 
     def _save(self):
         if self.guard.failed_step is not None or not self.enabled:  # never save a NaN state
@@ -82,13 +94,19 @@ class CheckpointEvery(keras.callbacks.Callback):
         step = self.state.step
         if step == 0:  # float16 loss scaling skipped every step so far: nothing to keep
             return
+        self.wait()  # the manager names a checkpoint once written
         if self.manager.latest_checkpoint and self.manager.latest_checkpoint.endswith(f"-{step}"):
             return
-        self.manager.save(checkpoint_number=step)
+        if self.writes is not None:
+            self.writes.save(step)
+        else:
+            self.manager.save(checkpoint_number=step)
 
     def save(self) -> str | None:
-        """Save now (the chief; nothing elsewhere); the newest checkpoint's path."""
+        """Save now and wait for the write (the chief; nothing elsewhere); the newest
+        checkpoint's path."""
         self._save()
+        self.wait()
         return self.manager.latest_checkpoint if self.enabled else None
 
     def on_train_batch_end(self, batch, logs=None):
@@ -102,6 +120,9 @@ class CheckpointEvery(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         self._save()
+
+    def on_train_end(self, logs=None):
+        self.wait()
 
 
 class StopAtStep(keras.callbacks.Callback):

@@ -96,7 +96,9 @@ def make_callbacks(settings, manager, model, guard, evaluation: list, job: Job) 
     already hold that evaluation's best score. The chief alone saves checkpoints; after a
     SIGTERM to any worker, every worker stops at the same batch, the chief saves there."""
     state = cb.StepState.of(model)  # first in the list: the step read once per batch
-    checkpoints = cb.CheckpointEvery(manager, state, settings.checkpoint_every, guard, job.chief)
+    checkpoints = cb.CheckpointEvery(
+        manager, state, settings.checkpoint_every, guard, job.chief, settings.async_checkpoint
+    )
     timeout = settings.collective_timeout
     watchdog = [ProgressWatchdog(timeout)] if timeout and job.multi_worker else []
     # no progress bar (stdout not a terminal, or --verbose 2): a line every --log-every steps

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
 
 import keras
 
@@ -73,8 +74,25 @@ def train(plan: Plan) -> dict:
         for callback in callbacks:  # the PreemptionSave, the ProgressWatchdog
             if isinstance(callback, (PreemptionSave, ProgressWatchdog)):
                 callback.close()
+        # --async-checkpoint: the write in flight ends before anything else (a fit that
+        # ended normally waited already; a failure raises unless one is on its way out)
+        join_checkpoint_writes(callbacks)
     report_dropped(stats, settings)
     return summarize(job.shared, settings, model, parts.bleu)
+
+
+def join_checkpoint_writes(callbacks) -> None:
+    """Wait for --async-checkpoint's write in flight; its failure raises a TrainingError,
+    or is logged when an exception is already on its way out (which it would hide)."""
+    leaving = sys.exc_info()[1] is not None
+    for callback in callbacks:
+        if isinstance(callback, cb.CheckpointEvery):
+            try:
+                callback.wait()
+            except cb.TrainingError as err:
+                if not leaving:
+                    raise
+                logger.error("%s", err)
 
 
 def set_up(settings: TrainSettings, args: TrainArgs, replicas: int) -> None:

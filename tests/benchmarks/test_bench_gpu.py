@@ -127,3 +127,30 @@ def test_a_child_over_the_timeout_is_killed_and_reported():
         assert failed["error"] == "timed out after 0.5 s (--timeout): killed"
     # a job of local workers: every process killed, the row names the first unfinished task
     assert job["devices"] == 2 and job["failed_task"] == "worker:0"
+
+
+def test_kt_train_mode_counts_lengths_with_a_runs_tokenizer(tmp_path, multi30k_dir):
+    """--tokenizer RUN_DIR: each pair's lengths are its pieces by that run's spm.model (+ eos,
+    + bos), not the words x --pieces-per-word estimate."""
+    import argparse
+
+    from gpu import shapes
+
+    from keras_transformer.data.tokenizer import SubwordTokenizer, train_sentencepiece
+    from keras_transformer.run_dir import Run
+
+    paths = [os.path.join(multi30k_dir, f"val.{lang}.gz") for lang in ("en", "de")]
+    sides = [shapes.read_lines(path, 300) for path in paths]
+    proto = train_sentencepiece([line.strip() for side in sides for line in side], 500)
+    Run(str(tmp_path)).save_tokenizer(SubwordTokenizer(proto))
+    opts = argparse.Namespace(corpus=paths, pairs=40, tokenizer=str(tmp_path), pieces_per_word=1.3)
+    lengths = shapes.pair_lengths(opts)
+    tokenizer = SubwordTokenizer(proto)
+    expected = [
+        [len(tokenizer.tokenize([line.strip()])[0]) + 1 for line in (src, tgt)]
+        for src, tgt in zip(sides[0][:40], sides[1][:40])
+    ]
+    assert lengths.tolist() == expected
+    assert shapes.length_source(opts) == f"tokenizer of {tmp_path}"
+    estimated = shapes.pair_lengths(argparse.Namespace(**{**vars(opts), "tokenizer": None}))
+    assert estimated.shape == lengths.shape and (estimated != lengths).any()

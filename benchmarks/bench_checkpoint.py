@@ -6,7 +6,7 @@ and with kt-train's --async-checkpoint. Prints one JSON object.
 
 `sync`: the seconds each `CheckpointManager.save` blocked (the chief waits that long, and in a
 multi-worker job every other worker waits in its next collective). `async`: the same saves
-with `tf.train.CheckpointOptions(experimental_enable_async_checkpoint=True)`: the time the
+with `tf.train.CheckpointOptions(enable_async=True)`: the time the
 caller was blocked per save, or the error that stopped them (TF 2.21 with Keras 3.15: the
 second save fails, Keras' variables create a tf.Variable inside TensorFlow's copy function).
 `kt_async`: kt-train's --async-checkpoint (`training.async_checkpoint.AsyncWrites`: the
@@ -101,7 +101,7 @@ def main(argv=None) -> dict:
         result["checkpoint_mb"] = round(
             sum(e.stat().st_size for e in os.scandir(os.path.join(root, "sync"))) / 2**20, 1
         )
-        options = tf.train.CheckpointOptions(experimental_enable_async_checkpoint=True)
+        options = tf.train.CheckpointOptions(enable_async=True)
         result["async"] = timed_saves(
             tf.train.Checkpoint(**items), os.path.join(root, "async"), args.repeats, options
         )

@@ -1,6 +1,6 @@
 """--async-checkpoint: TensorFlow's asynchronous checkpoint, made to work with Keras 3.
 
-`tf.train.CheckpointOptions(experimental_enable_async_checkpoint=True)` copies every
+`tf.train.CheckpointOptions(enable_async=True)` copies every
 variable to a host copy in the caller's thread (the only part that blocks), then writes the
 copies in a background thread, in the format and object graph of a synchronous save (its
 `AsyncCheckpointHelper`: tensorflow/python/checkpoint/async_checkpoint_helper.py); the
@@ -24,7 +24,7 @@ from keras.src.backend.tensorflow.core import Variable as KerasVariable
 
 from keras_transformer.training.callback_state import TrainingError
 
-OPTIONS = tf.train.CheckpointOptions(experimental_enable_async_checkpoint=True)
+OPTIONS = tf.train.CheckpointOptions(enable_async=True)
 
 
 def _copy_to_host(self, object_map) -> None:

@@ -7,6 +7,7 @@ import time
 import pytest
 import tensorflow as tf
 
+from keras_transformer.cli.common import RUNTIME_LOG
 from keras_transformer.run_dir import Run
 from keras_transformer.training.callbacks import KILL_AT_ENV
 from keras_transformer.training.preemption import EXIT_CODE, Preempted, PreemptionSave
@@ -131,8 +132,8 @@ def test_sigterm_at_any_step_resumes_bit_for_bit(tmp_path, corpus, alone):
 
 @pytest.mark.slow
 def test_ctrl_c_saves_says_one_line_and_exits_130(tmp_path, corpus):
-    """Ctrl-C (SIGINT from another process, once training runs): a checkpoint, one line on
-    stderr, no traceback, exit 130; the same command resumes from that checkpoint."""
+    """Ctrl-C (SIGINT from another process, once training runs): a checkpoint, at most one
+    line on stderr (the stop is logged), no traceback, exit 130; the same command resumes from that checkpoint."""
     model_dir = tmp_path / "interrupted"
     command = [sys.executable, os.path.join(ROOT, "train.py"), "--model-dir", str(model_dir)]
     command += [*TINY, *corpus, *FLAGS[2:], "--train-steps", "100000", "--log-every", "1"]
@@ -150,8 +151,10 @@ def test_ctrl_c_saves_says_one_line_and_exits_130(tmp_path, corpus):
     finally:
         proc.kill()
     assert proc.returncode == 130, err[-3000:]
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert "Traceback" not in err and len(lines) <= 2, err
+    # TensorFlow's C++ log lines aside (RUNTIME_LOG: e.g. a failed cuInit on a machine with
+    # no GPU), stderr holds at most one line: no warning, no traceback (the stop is logged)
+    lines = [line for line in err.splitlines() if line.strip() and not RUNTIME_LOG.match(line)]
+    assert "Traceback" not in err and len(lines) <= 1, err
     saved = Run(str(model_dir)).checkpoints()
     assert saved and f"checkpoint {saved[-1]} written" in out + err
     assert "stopped by SIGINT" in out + err

@@ -625,7 +625,8 @@ SAMPLINGS = (("1", "64"), ("1", "2"), ("9", "64"))  # (seed, batch size)
 def commands(exported, tmp_path_factory):
     """The runs of kt-export, kt-translate, kt-evaluate and kt-score of the tests below, on
     the module's export, from one process tree (tests/cli_driver.py: the 10-17 s import of
-    TensorFlow once, not once per command): (their folder, {name: CompletedProcess})."""
+    TensorFlow once, not once per command), kt-export's bad-flag runs (flag_error_jobs)
+    among them: (their folder, {name: CompletedProcess})."""
     import shutil
 
     run, _, path = exported
@@ -693,6 +694,7 @@ def commands(exported, tmp_path_factory):
         fill = {"missing": str(folder / "nope.txt"), "tmp": str(folder)}
         argv = [*EVALUATE, path, "--src", str(folder / "in.txt"), "--ref", str(folder / "in.txt")]
         jobs[f"evaluate-bad-{i}"] = ((*argv, *[f.format(**fill) for f in flags]), None)
+    jobs.update(flag_error_jobs(base))
     return base, run_commands(base, jobs)
 
 
@@ -737,12 +739,9 @@ EXPORT_BAD = [
 ]
 
 
-@pytest.fixture(scope="module")
-def flag_errors(tmp_path_factory):
-    """kt-export's runs on bad flags or a missing run (no export needed), from one process
-    tree as `commands`: (their folder, {name: CompletedProcess}); each run has a folder of
-    its own, {folder}/{name}."""
-    base = tmp_path_factory.mktemp("flag_errors")
+def flag_error_jobs(base):
+    """`commands`' jobs of kt-export on bad flags or a missing run (no export needed), each
+    with a folder of its own, {base}/{name}."""
     jobs = {}
     for i, (flags, _) in enumerate(EXPORT_BAD):
         (base / f"bad-{i}").mkdir()
@@ -761,7 +760,14 @@ def flag_errors(tmp_path_factory):
         str(folder / "exports"),
     )
     jobs["bad-model-dir"] = (argv, None)
-    return base, run_commands(base, jobs)
+    return jobs
+
+
+@pytest.fixture(scope="module")
+def flag_errors(commands):
+    """kt-export's runs on bad flags or a missing run: among `commands`' runs (one process
+    tree, one import of TensorFlow for every command of the file)."""
+    return commands
 
 
 @pytest.mark.parametrize("case", range(len(EXPORT_BAD)), ids=[f[0] for f, _ in EXPORT_BAD])

@@ -85,6 +85,52 @@ def tf1_session(path, requests):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+# saved_model_cli as its console script runs it, with tensorflow_text's ops registered.
+SAVED_MODEL_CLI = (
+    "import sys, tensorflow_text; from tensorflow.python.tools import saved_model_cli; "
+    "sys.argv = ['saved_model_cli'] + sys.argv[1:]; saved_model_cli.main()"
+)
+# Runs clients (scripts as `python -c` runs them: TF1_CLIENT, TF_SERVING, SAVED_MODEL_CLI)
+# in turn in one fresh interpreter, each with its own argv and stdout: one import of
+# tensorflow and tensorflow_text for all. argv[1]: JSON list of [script, argv]; prints the
+# JSON list of {"stdout", "error": the traceback of its failure or null} per client.
+CLIENTS = r"""
+import contextlib, io, json, sys, traceback
+answers = []
+for code, argv in json.loads(sys.argv[1]):
+    sys.argv = ["-c", *argv]
+    out, error = io.StringIO(), None
+    with contextlib.redirect_stdout(out):
+        try:
+            exec(compile(code, "<client>", "exec"), {"__name__": "__main__"})
+        except SystemExit as stop:
+            error = None if stop.code in (None, 0) else f"exit status {stop.code}"
+        except BaseException:  # noqa: BLE001 - the client's failure, reported as its answer
+            error = traceback.format_exc()
+    answers.append({"stdout": out.getvalue(), "error": error})
+print(json.dumps(answers))
+"""
+
+
+def clients(*runs):
+    """Each client (script, argv) of `runs` run in turn by CLIENTS in one fresh interpreter:
+    their {"stdout", "error"}."""
+    out = subprocess.run(
+        [sys.executable, "-c", CLIENTS, json.dumps(runs)],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd="/",
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def answer_of(client):
+    """A client's answer: the JSON of its stdout's last line, once it ran through."""
+    assert client["error"] is None, client["error"][-3000:]
+    return json.loads(client["stdout"].strip().splitlines()[-1])
+
+
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory, multi30k_dir):
     base = tmp_path_factory.mktemp("serving")
@@ -114,16 +160,38 @@ def trained(exported):
     return model, tokenizer, translator
 
 
+SAVED_MODEL_CLI_ARGS = ["run", "--tag_set", "serve", "--signature_def", "translate_nbest",
+                        "--input_exprs", 'inputs=["A girl.", ""]']  # fmt: skip
+
+
 @pytest.fixture(scope="module")
-def session(exported, trained):
+def fresh_process(exported, trained):
+    """The serving clients of the tests below, run by one fresh interpreter that imports only
+    tensorflow and tensorflow_text (`clients`: one import, not one per client):
+    {"saved_model_cli": its run of translate_nbest, "session": the TF1 session's answer to
+    the REQUESTS groups, "groups": those groups, "serving": the emulated TF Serving's
+    answers to documented_jobs then refused_jobs, "documented": how many are the former}."""
+    path = exported[2]
+    groups = {name: make(path, trained) for name, make in REQUESTS.items()}
+    requests = [r for group in groups.values() for r in group]
+    documented = documented_jobs(documented_requests())
+    cli, session, serving = clients(
+        (SAVED_MODEL_CLI, [*SAVED_MODEL_CLI_ARGS, "--dir", path]),
+        (TF1_CLIENT, [path, json.dumps(requests)]),
+        (TF_SERVING, [path, json.dumps(documented + refused_jobs())]),
+    )
+    return {"saved_model_cli": cli, "session": session, "groups": groups,
+            "serving": serving, "documented": len(documented)}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def session(fresh_process):
     """The TF1 session's answers to the requests of every test below, from one fresh process
     (one load of the SavedModel, not one per test): {"signatures": ..., group: [results]},
     a group's results in the order of its requests (REQUESTS)."""
-    path = exported[2]
-    groups = {name: make(path, trained) for name, make in REQUESTS.items()}
-    answer = tf1_session(path, [r for requests in groups.values() for r in requests])
+    answer = answer_of(fresh_process["session"])
     found, start = {"signatures": answer["signatures"]}, 0
-    for name, requests in groups.items():
+    for name, requests in fresh_process["groups"].items():
         found[name] = answer["results"][start : start + len(requests)]
         start += len(requests)
     assert start == len(answer["results"])
@@ -457,35 +525,14 @@ def test_bad_options_are_invalid_argument_errors_naming_the_input(bad_results, b
     assert f"{request['signature']}: input {name} must be" in result["error"]
 
 
-def test_saved_model_cli_run(exported):
-    _, _, path = exported
-    cli = (
-        "import sys, tensorflow_text; from tensorflow.python.tools import saved_model_cli; "
-        "sys.argv = ['saved_model_cli'] + sys.argv[1:]; saved_model_cli.main()"
-    )
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            cli,
-            "run",
-            "--dir",
-            path,
-            "--tag_set",
-            "serve",
-            "--signature_def",
-            "translate_nbest",
-            "--input_exprs",
-            'inputs=["A girl.", ""]',
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+def test_saved_model_cli_run(fresh_process):
+    """saved_model_cli run (as its console script runs it) answers translate_nbest."""
+    out = fresh_process["saved_model_cli"]
+    assert out["error"] is None, out["error"][-3000:]
     assert (
-        "Result for output key outputs" in out.stdout
-        and "Result for output key scores" in out.stdout
-        and "Result for output key truncated" in out.stdout
+        "Result for output key outputs" in out["stdout"]
+        and "Result for output key scores" in out["stdout"]
+        and "Result for output key truncated" in out["stdout"]
     )
 
 
@@ -1251,12 +1298,12 @@ def refused_jobs():
 
 
 @pytest.fixture(scope="module")
-def serving_answers(exported):
-    """The emulated server's answers to the jobs of the two tests below, from one process:
-    (documented_jobs' answers, refused_jobs' answers)."""
-    documented = documented_jobs(documented_requests())
-    answers = tf_serving(exported[2], documented + refused_jobs())
-    return answers[: len(documented)], answers[len(documented) :]
+def serving_answers(fresh_process):
+    """The emulated server's answers to the jobs of the two tests below, from one process
+    (`fresh_process`): (documented_jobs' answers, refused_jobs' answers)."""
+    answers, documented = answer_of(fresh_process["serving"]), fresh_process["documented"]
+    assert len(answers) == documented + len(refused_jobs())
+    return answers[:documented], answers[documented:]
 
 
 def test_every_documented_request_runs_under_tf_servings_rules(serving_answers):

@@ -73,11 +73,12 @@ def test_every_search_signature_equals_the_default_search(translators):
     )
 
 
-# A fresh interpreter that imports only tensorflow and tensorflow_text and loads the
-# SavedModel through a TF1 session, as TF Serving does; argv[2]: JSON {"warmup": [requests],
-# "requests": [requests]}, a request {"signature", "inputs": {name: list}}. It counts XLA's
-# compilations (modules dumped to $XLA_FLAGS' --xla_dump_to) after the warmup and after the
-# requests.
+# A fresh interpreter that imports only tensorflow and tensorflow_text and loads SavedModels
+# through TF1 sessions, as TF Serving does; argv[1]: JSON list of models {"path", "warmup":
+# [requests], "requests": [requests]}, a request {"signature", "inputs": {name: list}}, each
+# model loaded in its own graph and session, in order. It counts XLA's compilations (modules
+# dumped to $XLA_FLAGS' --xla_dump_to, argv[2]) of each model: after its warmup and after its
+# requests, since its load.
 TF1_CLIENT = r"""
 import json, os, sys
 import numpy as np
@@ -85,8 +86,8 @@ import tensorflow as tf
 import tensorflow_text  # noqa: F401
 assert not any(m.startswith("keras_transformer") for m in sys.modules)
 tf.compat.v1.disable_eager_execution()
-given = json.loads(sys.argv[2])
-dump = sys.argv[3]
+models = json.loads(sys.argv[1])
+dump = sys.argv[2]
 
 def compiled():
     if not os.path.isdir(dump):
@@ -105,30 +106,34 @@ def plain(array):
                 for row in array.tolist()]
     return array.tolist()
 
-with tf.compat.v1.Session(graph=tf.Graph()) as sess:
-    meta = tf.compat.v1.saved_model.loader.load(sess, ["serve"], sys.argv[1])
+def serve(given):
+    before = compiled()
+    with tf.compat.v1.Session(graph=tf.Graph()) as sess:
+        meta = tf.compat.v1.saved_model.loader.load(sess, ["serve"], given["path"])
 
-    def run(request):
-        sig = meta.signature_def[request["signature"]]
-        fetch = {k: v.name for k, v in sig.outputs.items()}
-        feed = {sig.inputs[k].name: value(sig.inputs[k], v)
-                for k, v in request["inputs"].items()}
-        return {k: plain(v) for k, v in sess.run(fetch, feed).items()}
+        def run(request):
+            sig = meta.signature_def[request["signature"]]
+            fetch = {k: v.name for k, v in sig.outputs.items()}
+            feed = {sig.inputs[k].name: value(sig.inputs[k], v)
+                    for k, v in request["inputs"].items()}
+            return {k: plain(v) for k, v in sess.run(fetch, feed).items()}
 
-    for request in given["warmup"]:
-        run(request)
-    after_warmup = compiled()
-    results = [run(request) for request in given["requests"]]
-print(json.dumps({"signatures": sorted(meta.signature_def), "results": results,
-                  "compiled": [after_warmup, compiled()]}))
+        for request in given["warmup"]:
+            run(request)
+        after_warmup = compiled() - before
+        results = [run(request) for request in given["requests"]]
+    return {"signatures": sorted(meta.signature_def), "results": results,
+            "compiled": [after_warmup, compiled() - before]}
+
+print(json.dumps([serve(given) for given in models]))
 """
 
 
-def tf1_session(path, warmup, requests, dump):
+def tf1_sessions(models, dump):
+    """The client's answer for each model {"path", "warmup", "requests"}, from one process."""
     env = {**os.environ, "XLA_FLAGS": f"--xla_dump_to={dump}"}
     out = subprocess.run(
-        [sys.executable, "-c", TF1_CLIENT, path,
-         json.dumps({"warmup": warmup, "requests": requests}), str(dump)],
+        [sys.executable, "-c", TF1_CLIENT, json.dumps(models), str(dump)],
         capture_output=True, text=True, check=True, cwd="/", env=env,
     )  # fmt: skip
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -190,13 +195,17 @@ def test_xla_export_warms_up_every_shape_and_equals_the_default_export(translato
     requests.append(
         {"signature": "translate_with_stop_rule", "inputs": {"inputs": SENTENCES[:2], **options}}
     )
-    served = tf1_session(xla_path, warmup, requests, tmp_path / "dump")
+    # one process, as one server serves both: the default export first, then the XLA one
+    reference, served = tf1_sessions(
+        [dict(path=plain_path, warmup=[], requests=requests),
+         dict(path=xla_path, warmup=warmup, requests=requests)],
+        tmp_path / "dump",
+    )  # fmt: skip
+    assert reference["compiled"] == [0, 0]  # the default export never uses XLA
     assert "xla_warmup" in served["signatures"]
     after_warmup, after_requests = served["compiled"]
     assert after_warmup >= len(shapes)  # the shapes, and whatever else XLA compiled
     assert after_requests == after_warmup, "a request compiled a shape the warmup did not"
-    reference = tf1_session(plain_path, [], requests, tmp_path / "dump-plain")
-    assert reference["compiled"] == [0, 0]  # the default export never uses XLA
     for got, expected in zip(served["results"], reference["results"], strict=True):
         assert got["outputs"] == expected["outputs"]
         np.testing.assert_allclose(got["scores"], expected["scores"], atol=1e-4)

@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -40,26 +38,35 @@ def validation_nll(run_dir: str, data_dir: str) -> float:
 def tuned(marian, imported, multi30k_dir):
     """The imported run fine-tuned for STEPS updates on Multi30k train lines 0-600, with the
     automatic recipe (no --warmup-steps, no --lr-scale), and its export (kt-export as
-    docs/opus-mt.md runs it): both commands in one process tree (one import of TensorFlow).
-    (run dir, data dir, export dir)."""
+    docs/opus-mt.md runs it), after train.py --dry-run of recipes/opus-mt-finetune.yaml on
+    the imported run (test_the_fine_tuning_recipe_file_dry_runs): the three commands in one
+    process tree (one import of TensorFlow). (run dir, data dir, export dir, the dry run's
+    (model dir, CompletedProcess))."""
     root = marian[0]
     flags = write_corpus(os.path.join(root, "data"), multi30k_dir, 0, 600)
     run_dir, export_dir = os.path.join(root, "tuned"), os.path.join(root, "exported")
-    run_commands(
+    dry_dir = os.path.join(root, "dry-run")
+    dry_run, train, export = run_commands(
+        [os.path.join(ROOT, "train.py"), "--config",
+         os.path.join(ROOT, "recipes", "opus-mt-finetune.yaml"), "--init-from", imported,
+         "--model-dir", dry_dir, "--dry-run"],
         [os.path.join(ROOT, "train.py"), "--model-dir", run_dir, "--init-from", imported,
          *flags, "--train-steps", str(STEPS), "--max-length", "64", "--batch-tokens", "1024",
          "--eval-sentences", "8", "--eval-beam-size", "1", "--verbose", "0", "--log-every", "50"],
         ["-m", "keras_transformer.cli.export", "--model-dir", run_dir, "--export-dir",
          export_dir, "--model-name", "opus-mt-tuned", "--average-last", "1"],
+        check=False,
     )  # fmt: skip
-    return run_dir, os.path.join(root, "data"), export_dir
+    for out in (train, export):  # the dry run's exit: its test
+        assert out.returncode == 0, out.stderr[-3000:]
+    return run_dir, os.path.join(root, "data"), export_dir, (dry_dir, dry_run)
 
 
 @pytest.mark.slow
 def test_a_fine_tuned_import_keeps_its_model_and_tokenizers_and_lowers_its_loss(imported, tuned):
     from keras_transformer.settings.recipe import FINE_TUNE_PEAK_LR
 
-    run_dir, data_dir, _ = tuned
+    run_dir, data_dir, _, _ = tuned
     source, config = (json.load(open(os.path.join(d, "config.json"))) for d in (imported, run_dir))
     assert config["model"] == source["model"]  # the model's own options (decoder_layers, ...)
     assert config["model"]["decoder_start_zero"] and config["model"]["sinusoid_layout"] == "halves"
@@ -83,7 +90,7 @@ def test_a_fine_tuned_import_exports_and_translates(tuned):
     from keras_transformer.run_dir import Run
     from tests.inference.test_export import documented_requests, tf_serving
 
-    run_dir, _, export_dir = tuned  # exported by the fixture, with the commands' exit 0
+    run_dir, _, export_dir, _ = tuned  # exported by the fixture, with the commands' exit 0
     sentences = ["A dog runs in the snow.", "Two men are talking."]
     body = {"signature_name": "serving_default", "inputs": {"inputs": sentences}}
     # with the requests of docs/opus-mt.md, as written: one server process answers all
@@ -106,18 +113,12 @@ def test_a_fine_tuned_import_exports_and_translates(tuned):
 
 
 @pytest.mark.slow
-def test_the_fine_tuning_recipe_file_dry_runs(imported, tmp_path):
+def test_the_fine_tuning_recipe_file_dry_runs(tuned):
     """recipes/opus-mt-finetune.yaml parses and resolves, with the fine-tuning schedule,
     against an imported run (its init_from replaced); nothing is written."""
-    model_dir = tmp_path / "tuned"
-    out = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "train.py"), "--config",
-         os.path.join(ROOT, "recipes", "opus-mt-finetune.yaml"), "--init-from", imported,
-         "--model-dir", str(model_dir), "--dry-run"],
-        capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT},
-    )  # fmt: skip
+    model_dir, out = tuned[3]  # run by the fixture's process tree, before the fine-tuning
     assert out.returncode == 0, out.stderr[-3000:]
-    assert not model_dir.exists()
+    assert not os.path.exists(model_dir)
     lines = [line.split() for line in out.stdout.splitlines() if line.startswith("  --")]
     flags = {words[0]: words[1] for words in lines if len(words) >= 2}
     steps, warmup = int(flags["--train-steps"]), int(flags["--warmup-steps"])

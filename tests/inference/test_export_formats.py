@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from keras_transformer.inference.agreement import REPORT_FILE
 from keras_transformer.inference.export import ExportError, export_run
-from tests.inference.test_export import ROOT, run_commands, run_module, tf1_session
+from tests.inference.test_export import ROOT, run_commands, text, tf1_session
 from tests.run_fixture import make_run
 
 SENTENCES = 12
@@ -68,14 +68,57 @@ def assert_computes_in(path, dtype):
     assert dtype in dtypes
 
 
-def test_a_float16_top_rule_export_computes_in_float16_and_serves_every_rule(run, tmp_path):
+@pytest.fixture(scope="module")
+def float16(run, tmp_path_factory):
     """One export with both options (each is checked on its own terms): float16 here
     (bfloat16, exported by kt-export: test_export_cli_prints_the_agreement), and the stop
     rule "top" as the export's default, which a request may replace."""
-    path = export_run(
-        run, str(tmp_path), max_extra_length=10, dtype="float16", stop_rule="top",
-        agreement_sentences=SENTENCES,
+    return export_run(
+        run, str(tmp_path_factory.mktemp("float16")), max_extra_length=10, dtype="float16",
+        stop_rule="top", agreement_sentences=SENTENCES,
     )  # fmt: skip
+
+
+FORMAT_BAD = [
+    (["--quantization", "int8"], "--quantization applies to --format ctranslate2 only"),
+    (["--format", "ctranslate2", "--dtype", "bfloat16"], "--dtype applies to --format"),
+    (["--agreement-sentences", "-1"], "--agreement-sentences must be >= 0 (0: skip), got -1"),
+]
+
+
+@pytest.fixture(scope="module")
+def commands(run, float16, tmp_path_factory):
+    """The file's command runs, from one process tree (tests/cli_driver.py: TensorFlow
+    imported once, each command a child forked from that process): kt-translate --stop-rule
+    exact on the float16 export, kt-export --dtype bfloat16 and kt-export on each bad format
+    flag, each in a folder of its own. (their folder, {name: CompletedProcess})."""
+    base = tmp_path_factory.mktemp("commands")
+    (base / "in.txt").write_text("A man sleeps.\n")
+    (base / "bfloat16").mkdir()
+    jobs = {
+        "translate": (
+            ("-m", "keras_transformer.cli.translate", "--model", float16, "--input",
+             str(base / "in.txt"), "--stop-rule", "exact", "--max-extra-length", "10"),
+            None,
+        ),
+        "export": (
+            ("export.py", "--model-dir", run, "--export-dir", str(base / "bfloat16"),
+             "--max-extra-length", "10", "--agreement-sentences", str(SENTENCES), "--dtype",
+             "bfloat16"),
+            None,
+        ),
+    }  # fmt: skip
+    for case, (flags, _) in enumerate(FORMAT_BAD):
+        folder = base / f"bad-{case}"
+        folder.mkdir()
+        argv = ("export.py", "--model-dir", str(folder), "--export-dir", str(folder), *flags)
+        jobs[f"bad-{case}"] = (argv, None)
+    (base / "driver").mkdir()
+    return base, run_commands(base / "driver", jobs)
+
+
+def test_a_float16_top_rule_export_computes_in_float16_and_serves_every_rule(float16, commands):
+    path = float16
     assert_computes_in(path, "float16")
     report = report_of(path)
     assert report["export"]["stop_rule"] == "top" and report["is_reference"] is False
@@ -91,13 +134,8 @@ def test_a_float16_top_rule_export_computes_in_float16_and_serves_every_rule(run
     assert default == top and serving["outputs"] == [row[0] for row in top["outputs"]]
     assert "error" not in exact
     # kt-translate --stop-rule asks translate_with_stop_rule for it
-    src = tmp_path / "in.txt"
-    src.write_text("A man sleeps.\n")
-    out = run_module(
-        "-m", "keras_transformer.cli.translate", "--model", path, "--input", str(src),
-        "--stop-rule", "exact", "--max-extra-length", "10", check=True,
-    )  # fmt: skip
-    assert out.stdout.splitlines() == [row[0] for row in exact["outputs"]]
+    out = text(commands[1]["translate"])
+    assert out.splitlines() == [row[0] for row in exact["outputs"]]
 
 
 def test_ctranslate2_export_equals_the_savedmodel_at_greedy(run, tmp_path):
@@ -154,52 +192,26 @@ def test_the_library_refuses_xla_for_a_format_with_its_own_search(tmp_path):
     assert not os.listdir(tmp_path)
 
 
-FORMAT_BAD = [
-    (["--quantization", "int8"], "--quantization applies to --format ctranslate2 only"),
-    (["--format", "ctranslate2", "--dtype", "bfloat16"], "--dtype applies to --format"),
-    (["--agreement-sentences", "-1"], "--agreement-sentences must be >= 0 (0: skip), got -1"),
-]
-
-
-@pytest.fixture(scope="module")
-def format_flag_errors(tmp_path_factory):
-    """kt-export's runs on each bad format flag, from one process tree (tests/cli_driver.py:
-    TensorFlow imported once): {case: (its folder, CompletedProcess)}."""
-    base = tmp_path_factory.mktemp("format_flags")
-    jobs, folders = {}, {}
-    for case, (flags, _) in enumerate(FORMAT_BAD):
-        folder = folders[case] = base / f"bad-{case}"
-        folder.mkdir()
-        argv = ("export.py", "--model-dir", str(folder), "--export-dir", str(folder), *flags)
-        jobs[f"bad-{case}"] = (argv, None)
-    (base / "driver").mkdir()
-    done = run_commands(base / "driver", jobs)
-    return {case: (folder, done[f"bad-{case}"]) for case, folder in folders.items()}
-
-
 @pytest.mark.parametrize("case", range(len(FORMAT_BAD)), ids=[f[0] for f, _ in FORMAT_BAD])
-def test_export_cli_names_a_bad_format_flag(format_flag_errors, case):
+def test_export_cli_names_a_bad_format_flag(commands, case):
     _, message = FORMAT_BAD[case]
-    folder, out = format_flag_errors[case]
+    folder, out = commands[0] / f"bad-{case}", commands[1][f"bad-{case}"]
     assert out.returncode == 2 and "Traceback" not in out.stderr
     last = out.stderr.strip().splitlines()[-1]
     assert last.startswith(f"export.py: error: {message}")
     assert not os.listdir(folder)
 
 
-def test_export_cli_prints_the_agreement(run, tmp_path):
+def test_export_cli_prints_the_agreement(commands):
     """kt-export --dtype bfloat16 prints the agreement, and its export computes in bfloat16
     (the checks of test_a_float16_top_rule_export_computes_in_float16_and_serves_every_rule)."""
-    out = run_module(
-        "export.py", "--model-dir", run, "--export-dir", str(tmp_path), "--max-extra-length",
-        "10", "--agreement-sentences", str(SENTENCES), "--dtype", "bfloat16", check=True,
-    )  # fmt: skip
-    path = os.path.join(str(tmp_path), "transformer", "1")
+    out = text(commands[1]["export"])
+    path = os.path.join(str(commands[0] / "bfloat16"), "transformer", "1")
     report = report_of(path)
     line = (
         f"{os.path.join(path, 'assets.extra', REPORT_FILE)}: {report['identical']} of "
         f"{SENTENCES} outputs identical to the float32 exact-rule search's"
     )
-    assert line in out.stdout
+    assert line in out
     assert np.isfinite(report["bleu"]["delta"])
     assert_computes_in(path, "bfloat16")

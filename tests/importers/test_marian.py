@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from tests.importers import marian_fixture as mf
+from tests.training.small_corpus import run_commands
 
 DATA = os.path.join(os.environ.get("KT_DATA_DIR", "/work/shared/data"), "multi30k")
 
@@ -67,11 +66,12 @@ def test_the_hugging_face_layout_imports_to_the_same_weights(marian):
         np.testing.assert_array_equal(a.weights[name].reshape(-1), b.weights[name].reshape(-1))
 
 
-def kt_import(*args):
-    return subprocess.run(
-        [sys.executable, "-m", "keras_transformer.cli.import_", *args],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+def kt_imports(*argvs):
+    """kt-import with each of `argvs`, in one process tree (tests/cli_driver.py: TensorFlow
+    imported once, each command a child forked from that process, with its own argv, stderr
+    and exit status); their CompletedProcesses."""
+    commands = [["-m", "keras_transformer.cli.import_", *argv] for argv in argvs]
+    return run_commands(*commands, check=False)
 
 
 @pytest.mark.slow
@@ -100,13 +100,14 @@ def test_bad_inputs_exit_2_with_one_line(marian, tmp_path):
         (short / name).write_bytes(open(os.path.join(root, "marian", name), "rb").read())
     mf.write_vocab_yml(str(short / "opus.spm32k-spm32k.vocab.yml"), vocab[:-5])
     cases.append((str(short), "the vocabulary is not this model's"))
-    for source, message in cases:
-        out = kt_import(source, "--model-dir", str(tmp_path / "run"))
+    runs = [tmp_path / f"run-{i}" for i in range(len(cases))]
+    outs = kt_imports(*([source, "--model-dir", str(run)] for (source, _), run in zip(cases, runs)))
+    for (_, message), run, out in zip(cases, runs, outs, strict=True):
         assert out.returncode == 2, out.stderr
         lines = out.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("kt-import: error: "), out.stderr
         assert message in lines[0], lines[0]
-        assert not (tmp_path / "run").exists()
+        assert not run.exists()
 
 
 def ctranslate2_reference(marian, name):

@@ -1,7 +1,5 @@
 import json
 import os
-import subprocess
-import sys
 
 import keras
 import numpy as np
@@ -16,32 +14,39 @@ from keras_transformer.training.strategy import (
     make_strategy,
     set_precision,
 )
+from tests.training.scripts import run_scripts, script_result, selected_tests
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-
-
-def run_script(name: str, *args: str) -> dict:
-    """Run a two-logical-CPU script of this folder in its own process; its last line is JSON.
-    PYTHONPATH names this checkout: a script's own folder comes first on its sys.path, so
-    without it the package installed in the environment (maybe another checkout) would run."""
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])),
-    }
-    out = subprocess.run(
-        [sys.executable, os.path.join(HERE, name), *args],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=env,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# the tests whose property needs 2 logical CPUs (or XLA flags) set before TensorFlow starts:
+# their scripts (tests/training/*.py, each printing JSON) in processes of their own
+SCRIPTS = {
+    "test_mirrored_on_two_cpus_equals_one_device": ["replica_equivalence.py"],
+    "test_float16_overflow_on_one_replica_skips_the_step_everywhere": ["replica_overflow.py"],
+    "test_every_replica_draws_its_own_dropout_masks_reproducibly": ["replica_dropout.py"],
+    "test_xla_trains_under_mirrored_and_matches_the_run_without_xla": ["replica_xla.py"],
+    "test_xla_compiles_one_program_per_bucket_over_a_pass_of_chunks": ["xla_compiles.py"],
+    "test_xla_micro_batches_keep_one_micro_batch_in_memory": ["xla_memory.py"],
+}
 
 
-def test_mirrored_on_two_cpus_equals_one_device():
-    result = run_script("replica_equivalence.py")
+@pytest.fixture(scope="module")
+def scripts(request, tmp_path_factory):
+    """The selected tests' scripts, run once in one process tree (one import of TensorFlow
+    for all, a forked child each: tests/training/scripts.py); their outcomes by test."""
+    commands = {name: list(SCRIPTS[name]) for name in selected_tests(request) & SCRIPTS.keys()}
+    compiles = commands.get("test_xla_compiles_one_program_per_bucket_over_a_pass_of_chunks")
+    if compiles:
+        compiles += [request.getfixturevalue("multi30k_dir"), str(tmp_path_factory.mktemp("xla"))]
+    return run_scripts(commands)
+
+
+def run_script(scripts, test) -> dict:
+    """The JSON of `test`'s script (fails the test if the script failed)."""
+    return script_result(scripts[test.__name__])
+
+
+def test_mirrored_on_two_cpus_equals_one_device(scripts):
+    result = run_script(scripts, test_mirrored_on_two_cpus_equals_one_device)
     assert result["replicas"] == 2
     assert result["max_update"] > 1e-3  # the step really changed the weights
     assert result["loss_two"] == pytest.approx(result["loss_one"], abs=1e-5)
@@ -107,8 +112,8 @@ def test_mixed_precision_training(policy):
         assert steps == 4
 
 
-def test_float16_overflow_on_one_replica_skips_the_step_everywhere():
-    result = run_script("replica_overflow.py")
+def test_float16_overflow_on_one_replica_skips_the_step_everywhere(scripts):
+    result = run_script(scripts, test_float16_overflow_on_one_replica_skips_the_step_everywhere)
     assert result["replicas"] == 2
     # step 1 (finite everywhere) is applied; step 2 overflows on replica 1 only: skipped
     assert result["iterations"] == [1, 1]
@@ -133,11 +138,11 @@ def test_bad_strategy_settings():
     os.environ.update(env)
 
 
-def test_every_replica_draws_its_own_dropout_masks_reproducibly():
+def test_every_replica_draws_its_own_dropout_masks_reproducibly(scripts):
     """2 logical CPUs, the same input on both replicas: in training mode the outputs differ
     (Keras' mirrored RNG state alone gave both replicas the same masks), in inference mode
     they are equal; two identical runs of fit with dropout give identical weights."""
-    result = run_script("replica_dropout.py")
+    result = run_script(scripts, test_every_replica_draws_its_own_dropout_masks_reproducibly)
     assert result["replicas"] == 2
     assert result["training_diff"] > 1e-2
     assert result["inference_diff"] == 0.0
@@ -146,7 +151,7 @@ def test_every_replica_draws_its_own_dropout_masks_reproducibly():
 
 
 @pytest.mark.slow
-def test_xla_trains_under_mirrored_and_matches_the_run_without_xla():
+def test_xla_trains_under_mirrored_and_matches_the_run_without_xla(scripts):
     """--jit-compile on 2 logical CPUs with 2 micro-batches per replica: XLA compiles each
     replica's forward and backward pass, not the distributed step (which failed at the
     first step). Three steps of the same training (one layer: the property does not need
@@ -154,7 +159,7 @@ def test_xla_trains_under_mirrored_and_matches_the_run_without_xla():
     mixed_bfloat16 to 10% (measured 3.6%: XLA keeps float32 inside its fusions, so its
     bfloat16 run is the closer one to float32, 1.4% against 3.6%). With dropout (other
     random bits than without XLA from the same stateless seeds), two XLA runs are identical."""
-    result = run_script("replica_xla.py")
+    result = run_script(scripts, test_xla_trains_under_mirrored_and_matches_the_run_without_xla)
     assert result["replicas"] == 2
     assert result["steps"] == [3, 3, 3]
     assert all(np.isfinite(result["losses"]))
@@ -165,13 +170,13 @@ def test_xla_trains_under_mirrored_and_matches_the_run_without_xla():
 
 
 @pytest.mark.slow
-def test_xla_compiles_one_program_per_bucket_over_a_pass_of_chunks(multi30k_dir, tmp_path):
+def test_xla_compiles_one_program_per_bucket_over_a_pass_of_chunks(scripts):
     """--jit-compile on 2 logical CPUs, one pass of a corpus in 7 chunks (of 150 pairs): the
     modules XLA itself compiled (dumped by --xla_dump_to, counted per run) are at most one
     per bucket and device, with at most one input shape per bucket (static rows); the
     batches without static rows (the code before them) compile one per partial batch
     (measured 18 against 6). The padding rows change nothing: same steps, same loss."""
-    result = run_script("xla_compiles.py", multi30k_dir, str(tmp_path))
+    result = run_script(scripts, test_xla_compiles_one_program_per_bucket_over_a_pass_of_chunks)
     buckets, replicas = result["buckets"], result["replicas"]
     assert result["chunks_static"] == 7 and result["steps_static"] == result["steps_unpadded"]
     assert 0 < result["compilations_static"] <= buckets * replicas
@@ -182,11 +187,11 @@ def test_xla_compiles_one_program_per_bucket_over_a_pass_of_chunks(multi30k_dir,
 
 
 @pytest.mark.slow
-def test_xla_micro_batches_keep_one_micro_batch_in_memory():
+def test_xla_micro_batches_keep_one_micro_batch_in_memory(scripts):
     """Peak allocator memory of one XLA step (CPU): 64 rows in 4 micro-batches peak near one
     16-row batch (measured 52 vs 50 MiB; the whole 64-row batch: 196 MiB). Whole-step XLA
     dropped the ordering of the micro-batches: 258 MiB, as the 64-row batch."""
-    peaks = run_script("xla_memory.py")
+    peaks = run_script(scripts, test_xla_micro_batches_keep_one_micro_batch_in_memory)
     one_micro_batch, accumulated, whole = peaks["16,1"], peaks["64,4"], peaks["64,1"]
     assert accumulated < 1.25 * one_micro_batch
     assert accumulated < 0.5 * whole

@@ -19,6 +19,7 @@ s3:// with tensorflow-io, hdfs://, ram:// in tests) as well as a local path.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -55,6 +56,11 @@ class Run:
 
     def __init__(self, model_dir: str):
         self.model_dir = os.fspath(model_dir)
+        # the paths training writes, computed once: its modules read them as data
+        self.config_file = self.path(CONFIG_FILE)
+        self.checkpoint_dir = self.path(CHECKPOINT_DIR)
+        self.best_dir = self.path(BEST_DIR)
+        self.log_dir = self.path(LOG_DIR)
 
     def isfile(self, name: str) -> bool:
         path = self.path(name)
@@ -247,6 +253,24 @@ class Run:
         return records
 
 
+@dataclasses.dataclass(frozen=True)
+class RunState:
+    """A run directory as a training job found it at its start, read once (`RunState.read`):
+    its `Run`, whether it holds a run to resume (config.json) and its complete checkpoints,
+    oldest first. Training reads these as data: only the chief writes the directory, its
+    config.json before any worker reads a run's configuration, its checkpoints once every
+    worker has restored (the collective step check)."""
+
+    run: Run
+    exists: bool
+    checkpoints: tuple[str, ...]
+
+    @classmethod
+    def read(cls, model_dir: str) -> RunState:
+        run = Run(model_dir)
+        return cls(run, run.exists, tuple(run.checkpoints()))
+
+
 def has_averages(checkpoint_path: str) -> bool:
     """True when the checkpoint holds moving averages of the weights (--ema-decay)."""
     reader = tf.train.load_checkpoint(checkpoint_path)
@@ -261,4 +285,4 @@ def load_trained(model_dir: str, *, average_last: int = 1, use_best: bool = Fals
     return model, tokenizer, run.read_run_config()
 
 
-__all__ = ["EMA_KEY", "Run", "RunDirError", "has_averages", "load_trained"]
+__all__ = ["EMA_KEY", "Run", "RunDirError", "RunState", "has_averages", "load_trained"]

@@ -1,5 +1,5 @@
 """`Job`: where this process trains (the strategy, its worker index, the chief's run
-directory)."""
+directory as the job found it), set up once at its start and read as data from then on."""
 
 from __future__ import annotations
 
@@ -7,35 +7,37 @@ import dataclasses
 
 import tensorflow as tf
 
-from keras_transformer.run_dir import Run
-from keras_transformer.training.strategy import is_chief, make_strategy
+from keras_transformer.run_dir import Run, RunState
+from keras_transformer.training.strategy import place
 
 
 @dataclasses.dataclass(frozen=True)
 class Job:
-    """Where this process trains: the strategy, its worker index (None for the chief, as
-    TensorFlow decides) and the chief's run directory (config.json, spm.model, checkpoints,
-    metrics), which only the chief writes: every variable of a checkpoint is mirrored, the
-    other workers' copies would be dead files."""
+    """Where this process trains: the strategy, its worker index (`task`: None for the chief,
+    as TensorFlow decides), the log block of its devices, and the chief's run directory
+    (config.json, spm.model, checkpoints, metrics: `shared`, and `found`, what it held at the
+    start), which only the chief writes: every variable of a checkpoint is mirrored, the other
+    workers' copies would be dead files."""
 
     strategy: tf.distribute.Strategy
     task: int | None
-    shared: Run
+    found: RunState
+    report: str = ""
+    chief: bool = dataclasses.field(init=False)
+    multi_worker: bool = dataclasses.field(init=False)
+    shared: Run = dataclasses.field(init=False)
 
-    @property
-    def chief(self) -> bool:
-        return self.task is None
-
-    @property
-    def multi_worker(self) -> bool:
-        return isinstance(self.strategy, tf.distribute.MultiWorkerMirroredStrategy)
+    def __post_init__(self):
+        object.__setattr__(self, "chief", self.task is None)
+        multi_worker = isinstance(self.strategy, tf.distribute.MultiWorkerMirroredStrategy)
+        object.__setattr__(self, "multi_worker", multi_worker)
+        object.__setattr__(self, "shared", self.found.run)
 
     @classmethod
     def start(cls, model_dir: str, strategy_name: str) -> Job:
         # first: collective ops are set up at startup
-        strategy = make_strategy(strategy_name, model_dir)
-        task = None if is_chief(strategy) else strategy.cluster_resolver.task_id
-        return cls(strategy, task, Run(model_dir))
+        strategy, task, report = place(strategy_name, model_dir)
+        return cls(strategy, task, RunState.read(model_dir), report)
 
 
 __all__ = ["Job"]

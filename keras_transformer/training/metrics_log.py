@@ -36,7 +36,7 @@ class MetricsLogger(keras.callbacks.Callback):
         step = self.state.step if restored else -1
         kept = self.run_dir.truncate_metrics(step)
         for folder in ("train", "validation"):
-            truncate_events(os.path.join(self.run_dir.path("logs"), folder), step)
+            truncate_events(os.path.join(self.run_dir.log_dir, folder), step)
         if kept:
             self.start = time.time() - float(kept[-1].get("time_s", 0.0))
 
@@ -53,9 +53,7 @@ class MetricsLogger(keras.callbacks.Callback):
         record["learning_rate"] = learning_rate(self.model.optimizer)
         self.run_dir.append_metrics(record)
         if self.writer is None:
-            self.writer = tf.summary.create_file_writer(
-                os.path.join(self.run_dir.path("logs"), "train")
-            )
+            self.writer = tf.summary.create_file_writer(os.path.join(self.run_dir.log_dir, "train"))
         prefix = "epoch_" if event == "epoch" else ""
         with self.writer.as_default(step=record["step"]):
             for key, value in record.items():

@@ -14,7 +14,7 @@ from keras_transformer.config import TransformerConfig
 from keras_transformer.losses import LabelSmoothedCrossEntropy, MaskedAccuracy
 from keras_transformer.model import Transformer
 from keras_transformer.optimization import paper_optimizer
-from keras_transformer.run_dir import Run
+from keras_transformer.run_dir import RunState
 from keras_transformer.settings.args import INITIAL_LOSS_SCALE, TrainSettings
 from keras_transformer.training import callbacks as cb
 from keras_transformer.training import ema, layout
@@ -66,13 +66,14 @@ def restore(job: Job, checkpoint, model, bleu, metrics) -> bool:
     """Resume from the chief's newest checkpoint (`restore_newest`), on every worker; False
     when there is none. Then every worker checks that all are at the chief's step
     (`check_restored_step`)."""
-    restored = restore_newest(job.shared, checkpoint, model, bleu, metrics)
+    restored = restore_newest(job.found, checkpoint, model, bleu, metrics)
     check_restored_step(job, step_of(model))
     return restored
 
 
-def restore_newest(shared: Run, checkpoint, model, bleu, metrics) -> bool:
-    """Restore the chief's newest checkpoint; False when there is none.
+def restore_newest(found: RunState, checkpoint, model, bleu, metrics) -> bool:
+    """Restore the chief's newest checkpoint (of those `found` at the job's start); False
+    when there is none.
 
     Only the chief writes checkpoints; every worker restores the chief's newest one, so all
     restart at the same step (and call their collectives at the same steps).
@@ -80,7 +81,7 @@ def restore_newest(shared: Run, checkpoint, model, bleu, metrics) -> bool:
     metrics.jsonl and TensorBoard lose the events past the restored step (the resumed run
     writes them again), and every event when there is nothing to restore.
     """
-    paths = shared.checkpoints()
+    paths = found.checkpoints
     if not paths:  # a run killed before its first checkpoint wrote events: they go
         metrics.resume(restored=False)
         return False
@@ -95,7 +96,7 @@ def restore_newest(shared: Run, checkpoint, model, bleu, metrics) -> bool:
             f"checkpoint {paths[-1]} does not match this model and training state ({first}): "
             "it was written by another configuration or version; use a new --model-dir"
         ) from None
-    bleu.restore_best(shared, step_of(model))
+    bleu.restore_best(found.run, step_of(model))
     metrics.resume()
     scale = getattr(model.optimizer, "dynamic_scale", None)
     scale = f" (loss scale {float(scale.numpy()):g})" if scale is not None else ""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import os
 
 from keras_transformer.config import UNK_ID, TransformerConfig
 from keras_transformer.data import (
@@ -23,7 +24,7 @@ from keras_transformer.data import (
 from keras_transformer.data.mixing import TAG, MixedText
 from keras_transformer.data.subword import subword_sampler
 from keras_transformer.data.tokenizer import TooManyPieces, pair_sentences
-from keras_transformer.run_dir import CONFIG_FILE, Run
+from keras_transformer.run_dir import Run
 from keras_transformer.settings import recipe
 from keras_transformer.settings.args import (
     DEFAULT_SPM_MODEL_TYPE,
@@ -35,6 +36,7 @@ from keras_transformer.settings.plan import Plan
 from keras_transformer.settings.run_config import RunConfig
 from keras_transformer.settings.validation import check_resume
 from keras_transformer.training.fine_tune import Source
+from keras_transformer.training.job import Job
 from keras_transformer.training.workers import GAVE_UP, check_workers, wait_for
 
 logger = logging.getLogger(__name__)
@@ -85,29 +87,27 @@ class Preparation:
     train: object
     valid: object
 
-    @property
-    def settings(self) -> TrainSettings:
-        return self.config.training
 
-
-def prepare(plan: Plan, run: Run, task: int | None = None, replicas: int = 1) -> Preparation:
+def prepare(plan: Plan, job: Job) -> Preparation:
     """The data, and the run's configuration and tokenizer: read back from config.json and
     spm.model (a resumed run, with the flags given now where a resume may change them), else
     resolved from the corpus and written by the chief (`new_run`).
 
-    `task` is the index of a non-chief worker (None for the chief): it waits for the chief's
-    config.json (`workers.wait_for`); the chief, once prepared, stops when a worker gave up
-    waiting (`workers.check_workers`). `replicas` (of the whole job) bounds the automatic
-    micro-batch (`recipe.split_update`).
+    A non-chief worker (`job.task`) waits for the chief's config.json (`workers.wait_for`):
+    its run exists then; the chief, once prepared, stops when a worker gave up waiting
+    (`workers.check_workers`). The job's replicas bound the automatic micro-batch
+    (`recipe.split_update`).
     """
     train, valid = load_data(plan)
     logger.info("train: %s\nvalidation: %s", train.report(), valid.report())
+    run, task = job.shared, job.task
     if task is not None:
-        wait_for(run.path(CONFIG_FILE), plan.args.worker_wait, run.path(GAVE_UP.format(task)))
-    if run.exists:
+        gave_up = os.path.join(run.model_dir, GAVE_UP.format(task))
+        wait_for(run.config_file, plan.args.worker_wait, gave_up)
+    if job.found.exists or task is not None:  # a worker returns from waiting once it exists
         config, tokenizer = resumed(run, plan.args), run.load_tokenizer()
     else:
-        config, tokenizer = new_run(run, plan.args, train, replicas)
+        config, tokenizer = new_run(run, plan.args, train, job.strategy.num_replicas_in_sync)
     if task is None:
         check_workers(run)
     check_tag_symbol(tokenizer, config.training)
@@ -183,8 +183,8 @@ def resumed(run: Run, args: TrainArgs) -> RunConfig:
     resume may change, `RunConfig.resumed`), after refusing a flag that would change the run."""
     config = run.read_run_config()
     if config.training is None:
-        raise ConfigError(f'{run.path(CONFIG_FILE)} has no "training" settings')
-    check_resume(args, config.recorded_settings(), run.path(CONFIG_FILE))
+        raise ConfigError(f'{run.config_file} has no "training" settings')
+    check_resume(args, config.recorded_settings(), run.config_file)
     return config.replace(training=config.resumed(args))
 
 

@@ -11,7 +11,6 @@ import sys
 
 import tensorflow as tf
 
-from keras_transformer.run_dir import LOG_DIR
 from keras_transformer.training import callbacks as cb
 from keras_transformer.training import ema
 from keras_transformer.training.collective import worker_share
@@ -39,11 +38,13 @@ class Bookkeeping:
 def bookkeeping(job: Job, prep, model: TrainingModel) -> Bookkeeping:
     """The metrics log, the checkpoint and its manager, the NaN guard and the BLEU callback
     of `prep` (a `preparation.Preparation`), built in the order they depend on each other."""
-    settings = prep.settings
+    settings = prep.config.training
     metrics = cb.MetricsLogger(job.shared, cb.StepState.of(model), settings.log_every, job.chief)
     progress = cb.BleuProgress()
     checkpoint = training_checkpoint(model, progress)
-    manager = job.shared.checkpoint_manager(checkpoint, max_to_keep=settings.keep_checkpoints)
+    manager = tf.train.CheckpointManager(
+        checkpoint, job.shared.checkpoint_dir, max_to_keep=settings.keep_checkpoints
+    )
     guard = cb.NonFiniteLossGuard(manager, settings.nonfinite_steps)
     bleu = make_bleu_callback(
         job, settings, model, prep.tokenizer, prep.valid, metrics=metrics, guard=guard,
@@ -77,11 +78,11 @@ def make_bleu_callback(
         [src for src, _ in share],
         [tgt for _, tgt in share],
         every=settings.eval_every,
-        best_dir=job.shared.path("best") if job.chief else None,
+        best_dir=job.shared.best_dir if job.chief else None,
         model=model.transformer,
         state=cb.StepState.of(model),
         metrics=metrics,
-        log_dir=job.shared.path(LOG_DIR),
+        log_dir=job.shared.log_dir,
         patience=settings.patience,
         strategy=job.strategy,
         averaged=lambda: ema.swapped(model.transformer, model.optimizer),

@@ -205,6 +205,14 @@ def is_chief(strategy: tf.distribute.Strategy) -> bool:
     return bool(strategy.extended.should_checkpoint)
 
 
+def place(name: str, model_dir: str) -> tuple[tf.distribute.Strategy, int | None, str]:
+    """(`make_strategy`, this task's worker index: None for the chief (`is_chief`), the
+    `device_report`): where a training job runs, set up in one call (`job.Job.start`)."""
+    strategy = make_strategy(name, model_dir)
+    task = None if is_chief(strategy) else strategy.cluster_resolver.task_id
+    return strategy, task, device_report(strategy)
+
+
 def set_precision(name: str) -> None:
     """Variables stay float32; compute in float16 or bfloat16 for the mixed policies."""
     if name not in PRECISIONS:
@@ -275,10 +283,7 @@ def device_report(strategy: tf.distribute.Strategy) -> str:
         devices = list(strategy.extended.worker_devices)
     except RuntimeError:  # the default strategy: TensorFlow's placement, first GPU else CPU
         devices = [d.name for d in tf.config.list_logical_devices("GPU")[:1]] or ["/cpu:0"]
-    lines = [
-        "devices:",
-        f"  replicas      {replicas} ({', '.join(devices)})",
-    ]
+    lines = ["devices:", f"  replicas      {replicas} ({', '.join(devices)})"]
     for gpu in tf.config.list_physical_devices("GPU"):
         details = tf.config.experimental.get_device_details(gpu)
         capability = ".".join(map(str, details.get("compute_capability", ()))) or "?"

@@ -29,7 +29,7 @@ from keras_transformer.training.preemption import PreemptionSave
 from keras_transformer.training.preparation import Preparation, prepare
 from keras_transformer.training.run_callbacks import bookkeeping, fit_verbosity, make_callbacks
 from keras_transformer.training.step import TrainingModel
-from keras_transformer.training.strategy import check_devices, device_report, set_precision
+from keras_transformer.training.strategy import check_devices, set_precision
 from keras_transformer.training.streams import (
     report_dropped,
     training_stream,
@@ -46,12 +46,12 @@ def train(plan: Plan) -> dict:
     """Train (or resume) the run in `plan.args.model_dir`; returns a summary dict."""
     args = plan.args
     job = Job.start(args.model_dir, args.strategy)
-    logger.info("%s", device_report(job.strategy))
-    if not job.shared.exists:  # a resumed run's precision is checked once read back
+    logger.info("%s", job.report)
+    if not job.found.exists:  # a resumed run's precision is checked once read back
         check_devices(args.precision, args.cpu_devices)
     keras.utils.set_random_seed(args.seed)  # before any tokenizer: it clears the kernel cache
-    prep = prepare(plan, job.shared, job.task, job.strategy.num_replicas_in_sync)
-    settings = prep.settings
+    prep = prepare(plan, job)
+    settings = prep.config.training
     set_up(settings, args, job.strategy.num_replicas_in_sync)
     with job.strategy.scope():
         model = build_model(prep.config.model, settings)
@@ -107,7 +107,7 @@ def input_stream(job: Job, prep: Preparation, model: TrainingModel, stats: Pipel
     """`data_from(start)`: the training stream (`streams.training_stream`); under
     multi_worker each worker reads its own share (`streams.worker_streams`)."""
     replicas = job.strategy.num_replicas_in_sync
-    data_from = training_stream(prep.train, prep.tokenizer, prep.settings, stats, replicas)
+    data_from = training_stream(prep.train, prep.tokenizer, prep.config.training, stats, replicas)
     if model.replica_next is not None:  # multi-worker: each worker reads its own share
         data_from = worker_streams(job.strategy, model, data_from)
     return data_from

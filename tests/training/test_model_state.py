@@ -7,7 +7,7 @@ import types
 
 import tensorflow as tf
 
-from keras_transformer.run_dir import Run
+from keras_transformer.run_dir import RunState
 from keras_transformer.training import model_state
 from keras_transformer.training.job import Job
 
@@ -22,7 +22,7 @@ def test_restore_without_a_checkpoint_still_checks_every_workers_step(tmp_path, 
     collective check (a worker that did restore would stop the job there)."""
     checked = []
     monkeypatch.setattr(model_state, "check_restored_step", lambda job, s: checked.append(s))
-    job = Job(tf.distribute.get_strategy(), None, Run(str(tmp_path)))
+    job = Job(tf.distribute.get_strategy(), None, RunState.read(str(tmp_path)))
     model = types.SimpleNamespace(optimizer=types.SimpleNamespace(iterations=tf.Variable(0)))
     metrics = Metrics()
     assert model_state.restore(job, None, model, None, metrics) is False

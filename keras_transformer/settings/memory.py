@@ -112,6 +112,16 @@ def fewest_micro_batches(update_tokens: int, tokens_that_fit: int) -> int:
     return accum_steps
 
 
+def micro_batches(
+    update_tokens: int, replicas: int, memory_gib: float, preset: str, vocab_size: int,
+    max_length: int, precision="float32",
+) -> int:  # fmt: skip
+    """The fewest micro-batches that split an update of `update_tokens` (all `replicas`)
+    exactly, each replica's share within `memory_gib` (`tokens_that_fit`)."""
+    fits = tokens_that_fit(memory_gib, preset, vocab_size, max_length, precision)
+    return fewest_micro_batches(update_tokens, fits * replicas)
+
+
 def step_bytes_per_token(
     preset: str,
     vocab_size: int,
@@ -149,6 +159,7 @@ __all__ = [
     "device_memory_gib",
     "fewest_micro_batches",
     "micro_batch_memory_gib",
+    "micro_batches",
     "step_bytes_per_token",
     "step_floats_per_token",
     "tokens_that_fit",

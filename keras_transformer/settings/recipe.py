@@ -20,11 +20,7 @@ from keras_transformer.settings.args import (
     TrainArgs,
     TrainSettings,
 )
-from keras_transformer.settings.memory import (
-    fewest_micro_batches,
-    micro_batch_memory_gib,
-    tokens_that_fit,
-)
+from keras_transformer.settings.memory import micro_batch_memory_gib, micro_batches
 
 # The recipe's padded tokens per update (all replicas), large and small corpus.
 PAPER_UPDATE_TOKENS, SMALL_UPDATE_TOKENS = 25000, 4096
@@ -200,10 +196,10 @@ def split_update(out: dict, update_tokens: int, replicas: int) -> dict:
         return {**got, "accum_steps": out["accum_steps"] or 1}
     accum = out["accum_steps"]
     if accum is None:
-        fits = tokens_that_fit(
-            memory, out["preset"], out["vocab_size"], out["max_length"], out["precision"]
-        )
-        accum = fewest_micro_batches(update_tokens, fits * replicas)
+        accum = micro_batches(
+            update_tokens, replicas, memory,
+            out["preset"], out["vocab_size"], out["max_length"], out["precision"],
+        )  # fmt: skip
     return {**got, "accum_steps": accum, "batch_tokens": math.ceil(update_tokens / accum)}
 
 

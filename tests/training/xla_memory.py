@@ -3,6 +3,10 @@ the CPU, from TensorFlow's allocator (tf.config.experimental.get_memory_info), f
 `rows` x `length` batches split into `k` micro-batches: k=4 must peak near one micro-batch
 (rows/4), not near the whole batch. Prints JSON {"rows,k": peak MiB}. Each configuration
 traces and compiles its own step; the peak is reset before each.
+
+The CPU allocator keeps these statistics only as a BFC allocator: oneDNN's, which TensorFlow
+turns on by default only on some x86 CPUs (on an Intel Xeon, not on an AMD EPYC), or the one
+TF_CPU_ALLOCATOR_USE_BFC selects; set here so the measure exists on every CPU.
 """
 
 import json
@@ -10,6 +14,7 @@ import os
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+os.environ["TF_CPU_ALLOCATOR_USE_BFC"] = "true"  # read when the CPU device starts (below)
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402

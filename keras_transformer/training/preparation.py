@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-import os
 
 from keras_transformer.config import UNK_ID, TransformerConfig
 from keras_transformer.data import (
@@ -102,8 +101,7 @@ def prepare(plan: Plan, job: Job) -> Preparation:
     logger.info("train: %s\nvalidation: %s", train.report(), valid.report())
     run, task = job.shared, job.task
     if task is not None:
-        gave_up = os.path.join(run.model_dir, GAVE_UP.format(task))
-        wait_for(run.config_file, plan.args.worker_wait, gave_up)
+        wait_for(run.config_file, plan.args.worker_wait, run.path(GAVE_UP.format(task)))
     if job.found.exists or task is not None:  # a worker returns from waiting once it exists
         config, tokenizer = resumed(run, plan.args), run.load_tokenizer()
     else:

@@ -42,9 +42,7 @@ def bookkeeping(job: Job, prep, model: TrainingModel) -> Bookkeeping:
     metrics = cb.MetricsLogger(job.shared, cb.StepState.of(model), settings.log_every, job.chief)
     progress = cb.BleuProgress()
     checkpoint = training_checkpoint(model, progress)
-    manager = tf.train.CheckpointManager(
-        checkpoint, job.shared.checkpoint_dir, max_to_keep=settings.keep_checkpoints
-    )
+    manager = job.shared.checkpoint_manager(checkpoint, max_to_keep=settings.keep_checkpoints)
     guard = cb.NonFiniteLossGuard(manager, settings.nonfinite_steps)
     bleu = make_bleu_callback(
         job, settings, model, prep.tokenizer, prep.valid, metrics=metrics, guard=guard,

@@ -16,8 +16,9 @@ from keras_transformer.model import Transformer
 from keras_transformer.optimization import paper_optimizer
 from keras_transformer.run_dir import RunState
 from keras_transformer.settings.args import INITIAL_LOSS_SCALE, TrainSettings
+from keras_transformer.settings.run_config import InitRecord
 from keras_transformer.training import callbacks as cb
-from keras_transformer.training import ema, layout
+from keras_transformer.training import ema, fine_tune, layout
 from keras_transformer.training.job import Job
 from keras_transformer.training.step import TrainingModel
 
@@ -62,13 +63,17 @@ def training_checkpoint(model: TrainingModel, progress: cb.BleuProgress) -> tf.t
     )
 
 
-def restore(job: Job, checkpoint, model, bleu, metrics) -> bool:
-    """Resume from the chief's newest checkpoint (`restore_newest`), on every worker; False
-    when there is none. Then every worker checks that all are at the chief's step
-    (`check_restored_step`)."""
+def restore(job: Job, checkpoint, model, bleu, metrics, init: InitRecord | None = None) -> int:
+    """Resume from the chief's newest checkpoint (`restore_newest`), on every worker; then
+    every worker checks that all are at the chief's step (`check_restored_step`). With none
+    to restore, a fine-tuned run (`init`: config.json's record) starts from its source's
+    weights, keeping its own dropout RNG states. Returns the step the model is at."""
     restored = restore_newest(job.found, checkpoint, model, bleu, metrics)
-    check_restored_step(job, step_of(model))
-    return restored
+    step = step_of(model)
+    check_restored_step(job, step)
+    if not restored and init is not None:
+        fine_tune.initialize(model.transformer, init, keep=seed_states(model.transformer))
+    return step
 
 
 def restore_newest(found: RunState, checkpoint, model, bleu, metrics) -> bool:

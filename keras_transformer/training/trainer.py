@@ -16,15 +16,9 @@ from keras_transformer.data import PipelineStats
 from keras_transformer.settings.args import TrainArgs, TrainSettings, describe
 from keras_transformer.settings.plan import Plan
 from keras_transformer.training import callbacks as cb
-from keras_transformer.training import fine_tune
 from keras_transformer.training.dry_run import dry_run, log_replica_tokens
 from keras_transformer.training.job import Job
-from keras_transformer.training.model_state import (
-    build_model,
-    restore,
-    seed_states,
-    step_of,
-)
+from keras_transformer.training.model_state import build_model, restore, step_of
 from keras_transformer.training.preemption import PreemptionSave
 from keras_transformer.training.preparation import Preparation, prepare
 from keras_transformer.training.run_callbacks import bookkeeping, fit_verbosity, make_callbacks
@@ -56,12 +50,9 @@ def train(plan: Plan) -> dict:
     with job.strategy.scope():
         model = build_model(prep.config.model, settings)
     parts = bookkeeping(job, prep, model)
-    if not restore(job, parts.checkpoint, model, parts.bleu, parts.metrics):
-        if prep.config.init is not None:  # a fine-tuned run starts from its source's weights
-            keep = seed_states(model.transformer)
-            fine_tune.initialize(model.transformer, prep.config.init, keep=keep)
-    if step_of(model) >= settings.train_steps:
-        logger.info("already at step %d >= --train-steps %d", step_of(model), settings.train_steps)
+    step = restore(job, parts.checkpoint, model, parts.bleu, parts.metrics, prep.config.init)
+    if step >= settings.train_steps:
+        logger.info("already at step %d >= --train-steps %d", step, settings.train_steps)
         return summarize(job.shared, settings, model, parts.bleu)
     stats = PipelineStats()
     data_from = input_stream(job, prep, model, stats)

@@ -25,5 +25,5 @@ def test_restore_without_a_checkpoint_still_checks_every_workers_step(tmp_path, 
     job = Job(tf.distribute.get_strategy(), None, RunState.read(str(tmp_path)))
     model = types.SimpleNamespace(optimizer=types.SimpleNamespace(iterations=tf.Variable(0)))
     metrics = Metrics()
-    assert model_state.restore(job, None, model, None, metrics) is False
+    assert model_state.restore(job, None, model, None, metrics) == 0
     assert checked == [0] and metrics.restored is False

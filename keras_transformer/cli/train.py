@@ -121,13 +121,7 @@ def main(argv=None, prog: str = "kt-train") -> int:
 
         check_writable_dir(args.model_dir, "--model-dir")  # before the data and the tokenizer
         set_up_command(command.log_level)
-        from keras_transformer.training.strategy import configure_devices
-
-        configure_devices(  # before anything starts TensorFlow's runtime
-            cpu_devices=args.cpu_devices or 1,
-            memory_growth=args.gpu_memory_growth,
-            deterministic=args.deterministic,
-        )
+        # the devices are configured first thing in `train` and `dry_run`
         if command.dry_run:
             from keras_transformer.training.trainer import dry_run
 

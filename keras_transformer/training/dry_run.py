@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 
+import tensorflow as tf
+
 from keras_transformer.data import DataMissing
 from keras_transformer.run_dir import Run
 from keras_transformer.settings.args import COUNTED, TrainSettings, describe
@@ -16,7 +18,8 @@ from keras_transformer.training.strategy import (
     check_devices,
     device_report,
     make_strategy,
-    planned_replicas,
+    set_up_devices,
+    tf_config,
 )
 
 logger = logging.getLogger(__name__)
@@ -28,6 +31,7 @@ def dry_run(plan: Plan) -> str:
     Multi30k nor TFDS), nothing written (not even --model-dir). A corpus not at hand (not
     downloaded or prepared yet) is of unknown size: the plan of a large corpus, said so."""
     args = plan.args
+    set_up_devices(args)  # before anything starts TensorFlow's runtime
     # the replicas bound the automatic micro-batch; multi_worker's from TF_CONFIG (building
     # the strategy would wait for the peers)
     if args.strategy == "multi_worker":
@@ -61,6 +65,17 @@ def dry_run(plan: Plan) -> str:
     )
 
 
+def planned_replicas(name: str) -> int:
+    """The replicas of `strategy.make_strategy(name)`'s strategy (`--dry-run`). For multi_worker,
+    counted from TF_CONFIG (chief and workers, each with this machine's GPUs, or one CPU)
+    without building the strategy: that would start its server and wait for the peers."""
+    if name != "multi_worker":
+        return make_strategy(name).num_replicas_in_sync
+    cluster = tf_config()["cluster"]
+    tasks = len(cluster.get("chief") or []) + len(cluster.get("worker") or [])
+    return tasks * max(1, len(tf.config.list_logical_devices("GPU")))
+
+
 def log_replica_tokens(settings: TrainSettings, replicas: int) -> str:
     """Log the tokens per replica (a warning below the floor); returns the line."""
     line, warning = replica_tokens(settings, replicas)
@@ -70,4 +85,4 @@ def log_replica_tokens(settings: TrainSettings, replicas: int) -> str:
     return line
 
 
-__all__ = ["dry_run", "log_replica_tokens"]
+__all__ = ["dry_run", "log_replica_tokens", "planned_replicas"]

@@ -12,7 +12,7 @@ import keras
 import tensorflow as tf
 
 from keras_transformer.errors import KerasTransformerError
-from keras_transformer.settings.args import PRECISIONS, STRATEGIES
+from keras_transformer.settings.args import PRECISIONS, STRATEGIES, TrainArgs
 
 logger = logging.getLogger(__name__)
 
@@ -162,17 +162,6 @@ def chief_task() -> str:
     return "chief:0" if cluster.get("chief") else "worker:0"
 
 
-def planned_replicas(name: str) -> int:
-    """The replicas of `make_strategy(name)`'s strategy (`--dry-run`). For multi_worker,
-    counted from TF_CONFIG (chief and workers, each with this machine's GPUs, or one CPU)
-    without building the strategy: that would start its server and wait for the peers."""
-    if name != "multi_worker":
-        return make_strategy(name).num_replicas_in_sync
-    cluster = tf_config()["cluster"]
-    tasks = len(cluster.get("chief") or []) + len(cluster.get("worker") or [])
-    return tasks * max(1, len(tf.config.list_logical_devices("GPU")))
-
-
 def job_task(tf_config: str) -> dict:
     """This task's place in a multi-worker job, from TF_CONFIG (StrategyError when it cannot
     be): {"type", "index", "chief" (TensorFlow's own rule: the task of type "chief", else
@@ -205,12 +194,24 @@ def is_chief(strategy: tf.distribute.Strategy) -> bool:
     return bool(strategy.extended.should_checkpoint)
 
 
-def place(name: str, model_dir: str) -> tuple[tf.distribute.Strategy, int | None, str]:
-    """(`make_strategy`, this task's worker index: None for the chief (`is_chief`), the
-    `device_report`): where a training job runs, set up in one call (`job.Job.start`)."""
-    strategy = make_strategy(name, model_dir)
-    task = None if is_chief(strategy) else strategy.cluster_resolver.task_id
-    return strategy, task, device_report(strategy)
+def set_up_devices(args: TrainArgs) -> None:
+    """kt-train's --cpu-devices, --gpu-memory-growth and --deterministic (`configure_devices`),
+    first thing in `place` and in a dry run: before anything starts TensorFlow's runtime."""
+    configure_devices(
+        cpu_devices=args.cpu_devices or 1,
+        memory_growth=args.gpu_memory_growth,
+        deterministic=args.deterministic,
+    )
+
+
+def place(args: TrainArgs) -> tuple[tf.distribute.Strategy, int | None]:
+    """Where a training job runs, in one call (`job.Job.start`): the devices set up first
+    (`set_up_devices`), the strategy (`make_strategy`, its `device_report` logged), this
+    task's worker index (None for the chief: `is_chief`)."""
+    set_up_devices(args)
+    strategy = make_strategy(args.strategy, args.model_dir)
+    logger.info("%s", device_report(strategy))
+    return strategy, None if is_chief(strategy) else strategy.cluster_resolver.task_id
 
 
 def set_precision(name: str) -> None:

@@ -39,8 +39,7 @@ logger = logging.getLogger(__name__)
 def train(plan: Plan) -> dict:
     """Train (or resume) the run in `plan.args.model_dir`; returns a summary dict."""
     args = plan.args
-    job = Job.start(args.model_dir, args.strategy)
-    logger.info("%s", job.report)
+    job = Job.start(args)  # the devices first
     if not job.found.exists:  # a resumed run's precision is checked once read back
         check_devices(args.precision, args.cpu_devices)
     keras.utils.set_random_seed(args.seed)  # before any tokenizer: it clears the kernel cache

@@ -39,7 +39,7 @@ def operating_point(opts, replicas: int) -> dict:
         tokens_per_replica=opts.tokens_per_replica,
         micro_batch_memory=opts.micro_batch_memory,
     )
-    settings = sizes(args, num_pairs=opts.recipe_pairs, replicas=replicas)
+    settings = sizes(args, num_pairs=opts.recipe_pairs, replicas=replicas).settings
     return {
         "vocab_size": settings.vocab_size,
         "update_tokens": settings.batch_tokens * settings.accum_steps,

@@ -41,13 +41,11 @@ def resolve(
     sized = sizes(args, num_pairs=num_pairs, replicas=replicas)
     counts = {}
     if batches_per_pass is not None:
-        update_tokens = sized.batch_tokens * sized.accum_steps
-        for sampled in counts_needed(sized, args, num_pairs):
-            extra = {} if sampled else {"sampled": False}
-            counts[sampled] = batches_per_pass(sized.vocab_size, update_tokens, **extra)
-    return schedule(
-        sized, args, num_pairs=num_pairs, sampled=counts.get(True), plain=counts.get(False)
-    )
+        for name in sized.counts:
+            extra = {} if name == "sampled" else {"sampled": False}
+            vocab_size = sized.settings.vocab_size
+            counts[name] = batches_per_pass(vocab_size, sized.update_tokens, **extra)
+    return schedule(sized, args, num_pairs=num_pairs, **counts)
 
 
 def is_large(num_pairs: int | None) -> bool:
@@ -56,9 +54,21 @@ def is_large(num_pairs: int | None) -> bool:
     return num_pairs is None or num_pairs >= LARGE_CORPUS
 
 
-def sizes(args: TrainArgs, *, num_pairs: int | None, replicas: int = 1) -> TrainSettings:
+@dataclasses.dataclass(frozen=True)
+class Sized:
+    """Phase 1's result (`sizes`): the settings, those counted in batches (`COUNTED`) still
+    None unless given; the passes phase 2 (`schedule`) needs counted in batches of an update
+    of `update_tokens` (`counts_needed`): "sampled" at training's segmentation, "plain" at
+    the deterministic one."""
+
+    settings: TrainSettings
+    counts: tuple[str, ...]
+    update_tokens: int
+
+
+def sizes(args: TrainArgs, *, num_pairs: int | None, replicas: int = 1) -> Sized:
     """Phase 1: every automatic setting but those counted in batches (`COUNTED`), from the
-    preset and the corpus size.
+    preset and the corpus size, and the passes to count for phase 2.
 
     A large corpus (`is_large`) gets the paper's recipe: vocabulary 37000, 25000-token
     batches, learning rate x1, the preset's dropout. A smaller corpus (Multi30k: 29k pairs)
@@ -85,21 +95,23 @@ def sizes(args: TrainArgs, *, num_pairs: int | None, replicas: int = 1) -> Train
     out.update({k: v for k, v in automatic.items() if out[k] is None})
     if out["initial_loss_scale"] is None and out["precision"] == "mixed_float16":
         out["initial_loss_scale"] = INITIAL_LOSS_SCALE
-    return TrainSettings(**out)
+    sized = TrainSettings(**out)
+    update_tokens = sized.batch_tokens * sized.accum_steps
+    return Sized(sized, counts_needed(sized, args, num_pairs), update_tokens)
 
 
 def counts_needed(sized: TrainSettings, args: TrainArgs, num_pairs: int | None) -> tuple:
-    """The passes `schedule` needs counted, in batches of an update: `True` at training's
-    segmentation (unless --steps-per-epoch is given), `False` at the deterministic one too
+    """The passes `schedule` needs counted, in batches of an update: "sampled" at training's
+    segmentation (unless --steps-per-epoch is given), "plain" at the deterministic one too
     (--subword-alpha on a small corpus whose length is the recipe's 20 passes)."""
     if sized.steps_per_epoch is not None:
         return ()
     plain = bool(args.subword_alpha) and args.epochs is None and sized.train_steps is None
-    return (True, False) if plain and not is_large(num_pairs) else (True,)
+    return ("sampled", "plain") if plain and not is_large(num_pairs) else ("sampled",)
 
 
 def schedule(
-    sized: TrainSettings,
+    sized: Sized,
     args: TrainArgs,
     *,
     num_pairs: int | None,
@@ -114,7 +126,7 @@ def schedule(
     (big: 300k) with warmup 4000. A count of None (a dry run: no tokenizer to count with)
     leaves what depends on it at None (`COUNTED`)."""
     large = is_large(num_pairs)
-    out = dataclasses.asdict(sized)
+    out = dataclasses.asdict(sized.settings)
     if out["steps_per_epoch"] is None and sampled is not None:
         out["steps_per_epoch"] = max(1, sampled)
     spe = out["steps_per_epoch"]
@@ -234,6 +246,7 @@ __all__ = [
     "COUNTED",
     "FINE_TUNE_PEAK_LR",
     "LARGE_CORPUS",
+    "Sized",
     "counts_needed",
     "is_large",
     "schedule",

@@ -127,7 +127,7 @@ def new_run(run: Run, args: TrainArgs, train, replicas: int = 1):
     if source is not None:
         tokenizer = source.tokenizer()
     else:
-        tokenizer = train_tokenizer(train, sized.vocab_size, args)
+        tokenizer = train_tokenizer(train, sized.settings.vocab_size, args)
     counts = count_passes(train, tokenizer, sized, args)
     settings = recipe.schedule(sized, args, num_pairs=train.num_pairs, **counts)
     if source is not None:
@@ -146,15 +146,14 @@ def new_run(run: Run, args: TrainArgs, train, replicas: int = 1):
     return config, tokenizer
 
 
-def count_passes(train, tokenizer, sized: TrainSettings, args: TrainArgs) -> dict:
-    """The passes `recipe.schedule` needs counted (`recipe.counts_needed`), in batches of
-    an update: {"sampled": at training's segmentation, "plain": at the deterministic one}."""
+def count_passes(train, tokenizer, sized: recipe.Sized, args: TrainArgs) -> dict:
+    """The passes `recipe.schedule` needs counted (`sized.counts`), in batches of an update:
+    {"sampled": at training's segmentation, "plain": at the deterministic one}."""
     counts = {}
-    update_tokens = sized.batch_tokens * sized.accum_steps
-    for sampled in recipe.counts_needed(sized, args, train.num_pairs):
-        subword = subword_sampler(tokenizer, args.subword_alpha) if sampled else None
-        counted = count_batches(train, tokenizer, update_tokens, args.max_length, subword=subword)
-        counts["sampled" if sampled else "plain"] = counted
+    for name in sized.counts:
+        subword = subword_sampler(tokenizer, args.subword_alpha) if name == "sampled" else None
+        tokens = sized.update_tokens
+        counts[name] = count_batches(train, tokenizer, tokens, args.max_length, subword=subword)
     return counts
 
 

@@ -189,6 +189,12 @@ class SubwordTokenizer(tf.Module):
         self.model_asset = None
 
     @classmethod
+    def trained_on(cls, pairs: Iterable[tuple[bytes, bytes]], vocab_size: int, **options):
+        """A tokenizer trained on both sides of UTF-8 `pairs` (`pair_sentences`), e.g. a
+        corpus's `dataset.as_numpy_iterator()`; `options` are `train_sentencepiece`'s."""
+        return cls(train_sentencepiece(pair_sentences(pairs), vocab_size, **options))
+
+    @classmethod
     def load(cls, path: str) -> SubwordTokenizer:
         tokenizer = cls(path)
         tokenizer.model_asset = tf.saved_model.Asset(path)

@@ -14,15 +14,10 @@ import logging
 import math
 
 from keras_transformer.config import UNK_ID, TransformerConfig
-from keras_transformer.data import (
-    SubwordTokenizer,
-    load_parallel,
-    make_batches,
-    train_sentencepiece,
-)
+from keras_transformer.data import SubwordTokenizer, load_parallel, make_batches
 from keras_transformer.data.mixing import TAG, MixedText
 from keras_transformer.data.subword import subword_sampler
-from keras_transformer.data.tokenizer import TooManyPieces, pair_sentences
+from keras_transformer.data.tokenizer import TooManyPieces
 from keras_transformer.run_dir import Run
 from keras_transformer.settings import recipe
 from keras_transformer.settings.args import (
@@ -189,8 +184,8 @@ def train_tokenizer(train, vocab_size: int, args: TrainArgs) -> SubwordTokenizer
     model_type = args.spm_model_type or DEFAULT_SPM_MODEL_TYPE
     logger.info("training a %d-piece %s SentencePiece model", vocab_size, model_type)
     try:
-        proto = train_sentencepiece(
-            pair_sentences(train.dataset.as_numpy_iterator()),
+        return SubwordTokenizer.trained_on(
+            train.dataset.as_numpy_iterator(),
             vocab_size,
             model_type=model_type,
             seed=args.seed,
@@ -203,7 +198,6 @@ def train_tokenizer(train, vocab_size: int, args: TrainArgs) -> SubwordTokenizer
             f"the automatic --vocab-size {vocab_size} is more pieces than the training text of "
             f"{train.num_pairs} pairs allows: pass --vocab-size {err.largest} or less"
         ) from None
-    return SubwordTokenizer(proto)
 
 
 def count_batches(

@@ -14,12 +14,8 @@ import logging
 import math
 
 from keras_transformer.config import UNK_ID, TransformerConfig
-from keras_transformer.data import (
-    SubwordTokenizer,
-    load_parallel,
-    make_batches,
-    train_sentencepiece,
-)
+from keras_transformer.data import SubwordTokenizer, load_parallel, train_sentencepiece
+from keras_transformer.data.batching import batch_count
 from keras_transformer.data.mixing import TAG, MixedText
 from keras_transformer.data.subword import subword_sampler
 from keras_transformer.data.tokenizer import TooManyPieces, pair_sentences
@@ -214,16 +210,13 @@ def count_batches(
     pass's order (pieces interleaved over the whole corpus, not storage order), then scaled.
     (A MixedText: its first mixed pass, tags included; with `subword`, sampled as in
     training: longer.)"""
-    pairs = train.epoch(0, 0)
-    batches = make_batches(
-        pairs.take(sample),
+    counted = batch_count(
+        train.epoch(0, 0).take(sample),
         tokenizer,
         batch_tokens=batch_tokens,
         max_length=max_length,
-        shuffle=False,
         subword=subword,
     )
-    counted = int(batches.reduce(0, lambda n, _: n + 1))
     if train.num_pairs <= sample:
         return counted
     return math.ceil(counted * train.num_pairs / sample)

@@ -18,7 +18,9 @@ from keras_transformer.data import (
     train_sentencepiece,
     training_batches,
 )
+from keras_transformer.data.batching import batch_count
 from keras_transformer.data.pipeline import split_position, stream_position
+from keras_transformer.data.subword import subword_sampler
 
 
 def pairs_in(dataset):
@@ -447,6 +449,23 @@ def test_a_file_pass_is_its_pieces_interleaved_by_choose_from_datasets(setup, tm
         got = pairs_in(corpus.epoch(5, e, start=start))
         assert got == pairs_in(by_datasets.epoch(5, e, start=start))
         assert len(got) == corpus.num_pairs - int(start)
+
+
+@pytest.mark.parametrize("max_length", [16, 32])
+def test_batch_count_is_the_number_of_batches_make_batches_gives(setup, max_length):
+    """`batch_count` (lengths tokenized eagerly, no dataset function traced) is the number
+    of batches `make_batches(..., shuffle=False)` gives, pairs over `max_length` dropped,
+    at the deterministic segmentation and at a sampled one (seeded per tokenization batch:
+    1014 pairs are two)."""
+    tokenizer, pairs = setup
+    for batch_tokens in (64, 512):
+        for subword in (None, subword_sampler(tokenizer, 0.5)):
+            kwargs = dict(batch_tokens=batch_tokens, max_length=max_length, subword=subword)
+            stats = PipelineStats()
+            made = make_batches(pairs.dataset, tokenizer, shuffle=False, stats=stats, **kwargs)
+            expected = int(made.reduce(0, lambda n, _: n + 1))
+            assert int(stats.too_long.numpy()) > 0
+            assert batch_count(pairs.dataset, tokenizer, **kwargs) == expected
 
 
 @pytest.mark.slow

@@ -54,6 +54,7 @@ class PipelineStats:
     too_long: tf.Variable = dataclasses.field(default_factory=lambda: _cpu_counter("too_long"))
 
 
+@tf.autograph.experimental.do_not_convert
 def tokenize_pairs(
     pairs: tf.data.Dataset, tokenizer: SubwordTokenizer, subword=None, seed=None
 ) -> tf.data.Dataset:
@@ -139,6 +140,7 @@ def check_batch_settings(batch_tokens, max_length) -> None:
         )
 
 
+@tf.autograph.experimental.do_not_convert
 def make_batches(
     pairs: tf.data.Dataset,
     tokenizer: SubwordTokenizer,

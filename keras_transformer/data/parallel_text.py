@@ -55,6 +55,7 @@ class ParallelText:
     # dataset per piece to build at every pass, and not one Python call per pair
     read_order: Callable[[np.ndarray, np.ndarray], Iterator[tuple[list, list]]] | None = None
 
+    @tf.autograph.experimental.do_not_convert
     def epoch(
         self, seed: int, epoch: int | tf.Tensor, filtered: bool = True, start: int | tf.Tensor = 0
     ) -> tf.data.Dataset:
@@ -96,6 +97,7 @@ class ParallelText:
             ]
         return [piece.skip(before[i]) for i, piece in enumerate(self.pieces)]
 
+    @tf.autograph.experimental.do_not_convert
     def passes(self, seed: int, start: int = 0) -> tf.data.Dataset:
         """The endless stream of passes (pass p: `epoch(seed, p, filtered=False)`, exactly
         `num_pairs` pairs), from its raw pair `start` (a Python int) on: the pass it falls in

@@ -143,6 +143,7 @@ def _file_pieces(indexes, skip: list[int], pieces: int):
     return sizes, read_order
 
 
+@tf.autograph.experimental.do_not_convert
 def _without_lines(dataset: tf.data.Dataset, skip: list[int]) -> tf.data.Dataset:
     """`dataset` without the elements at the (sorted, 0-based) positions `skip`."""
     if not skip:

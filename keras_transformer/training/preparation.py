@@ -17,6 +17,7 @@ from keras_transformer.config import UNK_ID, TransformerConfig
 from keras_transformer.data import SubwordTokenizer, load_parallel, train_sentencepiece
 from keras_transformer.data.batching import batch_count
 from keras_transformer.data.mixing import TAG, MixedText
+from keras_transformer.data.parallel_text import numpy_pairs
 from keras_transformer.data.subword import subword_sampler
 from keras_transformer.data.tokenizer import TooManyPieces, pair_sentences
 from keras_transformer.run_dir import Run
@@ -187,7 +188,7 @@ def train_tokenizer(train, vocab_size: int, args: TrainArgs) -> SubwordTokenizer
     logger.info("training a %d-piece %s SentencePiece model", vocab_size, model_type)
     try:
         proto = train_sentencepiece(
-            pair_sentences(train.dataset.as_numpy_iterator()),
+            pair_sentences(numpy_pairs(train.dataset)),
             vocab_size,
             model_type=model_type,
             seed=args.seed,

@@ -65,9 +65,10 @@ def shadowed() -> str | None:
     return roots[0] if roots else str(spec.origin)
 
 
-def run(command: str) -> int:
-    """The command's `main`; one line on stderr (exit 2) instead when another distribution's
-    keras_transformer is found first, or breaks ours when it is imported."""
+def run(command: str, entry: str = "main") -> int:
+    """The command's `main` (or its function `entry`); one line on stderr (exit 2) instead
+    when another distribution's keras_transformer is found first, or breaks ours when it is
+    imported."""
     prog = f"kt-{command.rstrip('_')}"  # import_: `import` is a keyword
     where = shadowed()
     if where is not None:
@@ -92,11 +93,11 @@ def run(command: str) -> int:
             file=sys.stderr,
         )
         return 2
-    return module.main(prog=prog)
+    return getattr(module, entry)(prog=prog)
 
 
 def train() -> int:
-    return run("train")
+    return run("train", entry="console")  # ends the process without its teardown
 
 
 def export() -> int:

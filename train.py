@@ -2,7 +2,7 @@
 
 import sys
 
-from keras_transformer.cli.train import main
+from keras_transformer.cli.train import console
 
 if __name__ == "__main__":
-    sys.exit(main(prog="train.py"))
+    sys.exit(console(prog="train.py"))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import tensorflow as tf
 
 from keras_transformer.config import BOS_ID, EOS_ID
@@ -53,6 +54,7 @@ class PipelineStats:
     too_long: tf.Variable = dataclasses.field(default_factory=lambda: _cpu_counter("too_long"))
 
 
+@tf.autograph.experimental.do_not_convert
 def tokenize_pairs(
     pairs: tf.data.Dataset, tokenizer: SubwordTokenizer, subword=None, seed=None
 ) -> tf.data.Dataset:
@@ -63,16 +65,7 @@ def tokenize_pairs(
     it depends only on (`seed`, the order of `pairs`)."""
 
     def encode(src, tgt, call=None):
-        if subword is None:
-            # an imported OPUS-MT model cuts its targets with their own SentencePiece model
-            tokenize_target = getattr(tokenizer, "tokenize_target", tokenizer.tokenize)
-            src_ids, tgt_ids = tokenizer.tokenize(src), tokenize_target(tgt)
-        else:
-            call_seed = tf.random.experimental.stateless_fold_in(seed, call)
-            src_ids, tgt_ids = (
-                subword(text, tf.random.experimental.stateless_fold_in(call_seed, side))
-                for side, text in enumerate((src, tgt))
-            )
+        src_ids, tgt_ids = _token_ids(tokenizer, subword, seed, src, tgt, call)
         n = tf.shape(src)[0]
         eos = tf.fill([n, 1], EOS_ID)
         bos = tf.fill([n, 1], BOS_ID)
@@ -82,6 +75,56 @@ def tokenize_pairs(
     if subword is not None:
         batches = batches.enumerate().map(lambda call, pair: (*pair, call))
     return batches.map(encode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).unbatch()
+
+
+def _token_ids(tokenizer, subword, seed, src, tgt, call):
+    """The ragged ids (no bos, no eos) of tokenization batch `call` of (src, tgt) strings."""
+    if subword is None:
+        # an imported OPUS-MT model cuts its targets with their own SentencePiece model
+        tokenize_target = getattr(tokenizer, "tokenize_target", tokenizer.tokenize)
+        return tokenizer.tokenize(src), tokenize_target(tgt)
+    call_seed = tf.random.experimental.stateless_fold_in(seed, call)
+    return tuple(
+        subword(text, tf.random.experimental.stateless_fold_in(call_seed, side))
+        for side, text in enumerate((src, tgt))
+    )
+
+
+def batch_count(
+    pairs: tf.data.Dataset,
+    tokenizer: SubwordTokenizer,
+    *,
+    batch_tokens: int,
+    max_length: int,
+    seed: int = 0,
+    subword=None,
+) -> int:
+    """The batches `make_batches(pairs, ..., shuffle=False)` gives (with `seed` and no
+    `epoch`), without building it: the pairs are tokenized eagerly, batch by batch as
+    `tokenize_pairs` does, and the batches counted from their lengths (a bucket of n
+    pairs within `max_length` and r rows per batch gives ceil(n / r) batches), so no
+    function of a dataset is traced."""
+    check_batch_settings(batch_tokens, max_length)
+    sample_seed = None if subword is None else _subword_seed(seed, None)
+    lengths = []  # per tokenization batch: (source + eos, bos + target) token counts
+    for call, (src, tgt) in enumerate(pairs.batch(TOKENIZE_BATCH)):
+        ids = _token_ids(tokenizer, subword, sample_seed, src, tgt, tf.constant(call, tf.int64))
+        lengths.append(np.stack([x.row_lengths().numpy() + 1 for x in ids], axis=1))
+    lengths = np.concatenate(lengths) if lengths else np.zeros((0, 2), np.int64)
+    return batches_of_lengths(lengths, batch_tokens, max_length)
+
+
+def batches_of_lengths(lengths: np.ndarray, batch_tokens: int, max_length: int) -> int:
+    """The batches `_bucket` makes of pairs of (n, 2) (source, target in) `lengths` after
+    `_fits` dropped the ones over `max_length` (no `static_rows`): ceil(n_b / rows_b) for
+    each bucket b, whatever the order of the pairs."""
+    boundaries = bucket_boundaries(max_length)
+    rows = np.array(_bucket_rows(boundaries, batch_tokens) + [1], np.int64)
+    kept = lengths[(lengths <= max_length).all(axis=1)].max(axis=1, initial=0)
+    # bucket_by_sequence_length's bucket: the number of its boundaries (ours + 1) <= length
+    bucket = np.searchsorted(np.array(boundaries) + 1, kept, side="right")
+    per_bucket = np.bincount(bucket, minlength=len(rows))
+    return int((-(-per_bucket // rows)).sum())
 
 
 def check_batch_settings(batch_tokens, max_length) -> None:
@@ -97,6 +140,7 @@ def check_batch_settings(batch_tokens, max_length) -> None:
         )
 
 
+@tf.autograph.experimental.do_not_convert
 def make_batches(
     pairs: tf.data.Dataset,
     tokenizer: SubwordTokenizer,
@@ -178,7 +222,7 @@ def _bucket(
 ) -> tf.data.Dataset:
     """(src, tgt_in, tgt_out) rows -> batches of <= `batch_tokens`, padded to the boundary
     (with `static_rows`: every batch of a bucket padded to its rows, see `make_batches`)."""
-    sizes = [max(1, batch_tokens // b) for b in boundaries]
+    sizes = _bucket_rows(boundaries, batch_tokens)
     if static_rows:
         sizes = [max(static_rows, size // static_rows * static_rows) for size in sizes]
     # bucket_by_sequence_length pads to (boundary - 1), so shift the boundaries by one
@@ -202,6 +246,11 @@ def _bucket(
         return tuple(tf.pad(t, [[0, rows - tf.shape(t)[0]], [0, 0]]) for t in batch)
 
     return data.map(fill)
+
+
+def _bucket_rows(boundaries: list[int], batch_tokens: int) -> list[int]:
+    """The rows of a batch of each bucket: as many as `batch_tokens` holds at its length."""
+    return [max(1, batch_tokens // b) for b in boundaries]
 
 
 def epoch_seed(seed: int, epoch: int | tf.Tensor) -> tf.Tensor:

@@ -82,6 +82,7 @@ class MixedText:
         """The filter applied after the choice (a TFDS corpus's empty pairs), or None."""
         return next((c.keep for c in self.corpora if c.keep), None)
 
+    @tf.autograph.experimental.do_not_convert
     def stream(self, index: int, seed: int, start: int) -> tf.data.Dataset:
         """Corpus `index`'s endless stream of passes, from its pair `start` (a Python int)
         on: pass p cut into chunks of `shuffle_buffer` pairs, each shuffled whole with a seed
@@ -120,6 +121,7 @@ class MixedText:
         )
         return tf.random.experimental.stateless_shuffle(choice, seed=mix_seed)
 
+    @tf.autograph.experimental.do_not_convert
     def passes(self, seed: int, start: int = 0) -> tf.data.Dataset:
         """The endless stream of mixed passes (`num_pairs` draws each, `keep` not applied)
         from its draw `start` (a Python int) on: every corpus's stream is built once,
@@ -138,6 +140,7 @@ class MixedText:
         choice = tf.data.Dataset.counter(first).flat_map(draws)
         return tf.data.Dataset.choose_from_datasets(streams, choice, stop_on_empty_dataset=True)
 
+    @tf.autograph.experimental.do_not_convert
     def epoch(self, seed: int, epoch: int, filtered: bool = True) -> tf.data.Dataset:
         """Mixed pass `epoch`: `num_pairs` pairs, `quotas[i]` of them from corpus i, in an
         order that depends only on (`seed`, `epoch`)."""

@@ -67,6 +67,7 @@ def chunk_size(num_pairs: int, chunk_pairs: int = CHUNK_PAIRS) -> int:
     return max(chunk_pairs, -(-num_pairs // MAX_CHUNKS), 1)
 
 
+@tf.autograph.experimental.do_not_convert
 def training_batches(
     corpus,
     tokenizer: SubwordTokenizer,

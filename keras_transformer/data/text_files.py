@@ -16,6 +16,7 @@ from keras_transformer.data.parallel_text import DataError, DataMissing, Paralle
 from keras_transformer.data.pieces import index_lines, piece_bounds
 
 FILE_PIECES = 64  # a training file pair is read as up to this many contiguous pieces
+ORDER_BLOCK = 1024  # pairs a pass's generator reads and hands to tf.data at a time
 
 
 def _count_and_check(path: str, bad_utf8: set[int], empty: set[int], pieces: int = 1):
@@ -65,16 +66,15 @@ def read_parallel_files(
         if lines_
     )
     description = f"{source_path} + {target_path}" + (f" ({first_bad})" if first_bad else "")
-    parts, sizes, seek = _file_pieces(indexes, skip, pieces)
+    sizes, read_order = _file_pieces(indexes, skip, pieces)
     return ParallelText(
         dataset=dataset,
         description=description,
         num_pairs=indexes[0].count - len(skip),
         skipped_empty=len(empty),
         skipped_invalid_utf8=len(bad),
-        pieces=parts,
         piece_sizes=sizes,
-        seek=seek,
+        read_order=read_order,
     )
 
 
@@ -104,37 +104,46 @@ def _check_files(source_path: str, target_path: str, pieces: int):
 
 
 def _file_pieces(indexes, skip: list[int], pieces: int):
-    """(piece datasets, their sizes, seek) of a file pair, or (None, None, None) for one
-    piece."""
+    """(the pieces' sizes, `ParallelText.read_order` reading them interleaved) of a file
+    pair, or (None, None) for one piece."""
     source, target = indexes
     # both files have marks at the same line numbers (they depend on the line count alone)
     bounds = piece_bounds(source.count, source.marks, pieces)
     if pieces <= 1 or len(bounds) <= 2:
-        return None, None, None
+        return None, None
     skipped = set(skip)
-    spec = (tf.TensorSpec((), tf.string), tf.TensorSpec((), tf.string))
-
-    def piece(first: int, stop: int, offset: int = 0) -> tf.data.Dataset:
-        def pairs():
-            numbers = range(first, stop)
-            left = offset  # kept pairs to pass over in Python, not as tf.data elements
-            for number, src, tgt in zip(
-                numbers, source.read(first, stop), target.read(first, stop)
-            ):
-                if number in skipped:
-                    continue
-                if left:
-                    left -= 1
-                    continue
-                yield src, tgt
-
-        return tf.data.Dataset.from_generator(pairs, output_signature=spec)
-
     spans = list(zip(bounds[:-1], bounds[1:]))
+
+    def piece(first: int, stop: int, offset: int):
+        """The kept pairs of lines `first` <= i < `stop`, from the `offset`-th on (the ones
+        before it passed over in Python)."""
+        numbers = range(first, stop)
+        for number, src, tgt in zip(numbers, source.read(first, stop), target.read(first, stop)):
+            if number in skipped:
+                continue
+            if offset:
+                offset -= 1
+                continue
+            yield src, tgt
+
+    def read_order(order, before):
+        readers = {}  # a piece's reader opens at its first pair in `order`
+        for at in range(0, len(order), ORDER_BLOCK):
+            block = ([], [])
+            for i in order[at : at + ORDER_BLOCK].tolist():
+                reader = readers.get(i)
+                if reader is None:
+                    reader = readers[i] = piece(*spans[i], int(before[i]))
+                src, tgt = next(reader)
+                block[0].append(src)
+                block[1].append(tgt)
+            yield block
+
     sizes = [stop - first - sum(1 for n in skip if first <= n < stop) for first, stop in spans]
-    return [piece(first, stop) for first, stop in spans], sizes, lambda i, k: piece(*spans[i], k)
+    return sizes, read_order
 
 
+@tf.autograph.experimental.do_not_convert
 def _without_lines(dataset: tf.data.Dataset, skip: list[int]) -> tf.data.Dataset:
     """`dataset` without the elements at the (sorted, 0-based) positions `skip`."""
     if not skip:

@@ -14,8 +14,10 @@ import logging
 import math
 
 from keras_transformer.config import UNK_ID, TransformerConfig
-from keras_transformer.data import SubwordTokenizer, load_parallel, make_batches
+from keras_transformer.data import SubwordTokenizer, load_parallel
+from keras_transformer.data.batching import batch_count
 from keras_transformer.data.mixing import TAG, MixedText
+from keras_transformer.data.parallel_text import numpy_pairs
 from keras_transformer.data.subword import subword_sampler
 from keras_transformer.data.tokenizer import TooManyPieces
 from keras_transformer.run_dir import Run
@@ -185,7 +187,7 @@ def train_tokenizer(train, vocab_size: int, args: TrainArgs) -> SubwordTokenizer
     logger.info("training a %d-piece %s SentencePiece model", vocab_size, model_type)
     try:
         return SubwordTokenizer.trained_on(
-            train.dataset.as_numpy_iterator(),
+            numpy_pairs(train.dataset),
             vocab_size,
             model_type=model_type,
             seed=args.seed,
@@ -207,16 +209,13 @@ def count_batches(
     pass's order (pieces interleaved over the whole corpus, not storage order), then scaled.
     (A MixedText: its first mixed pass, tags included; with `subword`, sampled as in
     training: longer.)"""
-    pairs = train.epoch(0, 0)
-    batches = make_batches(
-        pairs.take(sample),
+    counted = batch_count(
+        train.epoch(0, 0).take(sample),
         tokenizer,
         batch_tokens=batch_tokens,
         max_length=max_length,
-        shuffle=False,
         subword=subword,
     )
-    counted = int(batches.reduce(0, lambda n, _: n + 1))
     if train.num_pairs <= sample:
         return counted
     return math.ceil(counted * train.num_pairs / sample)

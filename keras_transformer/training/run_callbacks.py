@@ -11,6 +11,7 @@ import sys
 
 import tensorflow as tf
 
+from keras_transformer.data.parallel_text import numpy_pairs
 from keras_transformer.training import callbacks as cb
 from keras_transformer.training import ema
 from keras_transformer.training.collective import worker_share
@@ -62,7 +63,7 @@ def make_bleu_callback(
     pairs = valid.dataset
     if settings.eval_sentences:
         pairs = pairs.take(settings.eval_sentences)
-    pairs = [(src.decode("utf-8"), tgt.decode("utf-8")) for src, tgt in pairs.as_numpy_iterator()]
+    pairs = [(src.decode("utf-8"), tgt.decode("utf-8")) for src, tgt in numpy_pairs(pairs)]
     index, count = worker_share(job.strategy)
     share = pairs[index::count]
     if count > 1:

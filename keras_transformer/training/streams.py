@@ -8,6 +8,7 @@ import logging
 import tensorflow as tf
 
 from keras_transformer.data import PipelineStats, make_batches, training_batches
+from keras_transformer.data.batching import batch_count
 from keras_transformer.data.subword import subword_sampler
 from keras_transformer.settings.args import TrainSettings
 from keras_transformer.training.step import TrainingModel
@@ -17,15 +18,11 @@ logger = logging.getLogger(__name__)
 
 def validation_batches(valid, tokenizer, settings: TrainSettings) -> tf.data.Dataset:
     """The validation batches, with their count attached: Keras then stops after the last
-    one instead of running into the end of the data (and warning that it ran out)."""
-    batches = make_batches(
-        valid.dataset,
-        tokenizer,
-        batch_tokens=settings.batch_tokens,
-        max_length=settings.max_length,
-        shuffle=False,
-    )
-    count = int(batches.reduce(0, lambda n, _: n + 1))
+    one instead of running into the end of the data (and warning that it ran out). The
+    count comes from the pairs' lengths (`batch_count`), not from a pass over the batches."""
+    sizes = dict(batch_tokens=settings.batch_tokens, max_length=settings.max_length)
+    batches = make_batches(valid.dataset, tokenizer, shuffle=False, **sizes)
+    count = batch_count(valid.dataset, tokenizer, **sizes)
     return batches.apply(tf.data.experimental.assert_cardinality(count))
 
 

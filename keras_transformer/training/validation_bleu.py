@@ -145,6 +145,7 @@ class BleuEvaluation(keras.callbacks.Callback):
         if self.writer:
             with self.writer.as_default():
                 tf.summary.scalar("bleu", bleu, step=step)
+            self.writer.flush()  # on disk now, as metrics.jsonl: kt-train ends with os._exit
         self.metrics.write("bleu", {"val_bleu": bleu})
         logger.info(
             "\nstep %d: validation BLEU %.2f (hypothesis/reference length %s/%s)",

@@ -1,4 +1,5 @@
 import collections
+import dataclasses
 import gzip
 import os
 
@@ -17,7 +18,9 @@ from keras_transformer.data import (
     train_sentencepiece,
     training_batches,
 )
+from keras_transformer.data.batching import batch_count
 from keras_transformer.data.pipeline import split_position, stream_position
+from keras_transformer.data.subword import subword_sampler
 
 
 def pairs_in(dataset):
@@ -296,7 +299,7 @@ def test_a_file_pass_draws_from_the_whole_corpus_from_its_start(setup, tmp_path,
         path.write_bytes(gzip.compress(data) if suffix else data)
         paths.append(str(path))
     corpus = load_parallel("files", "train", "en", "de", files=tuple(paths))
-    assert corpus.num_pairs == 4000 - 4 and len(corpus.pieces) > 8
+    assert corpus.num_pairs == 4000 - 4 and len(corpus.piece_sizes) > 8
     stored = pairs_in(corpus.dataset)
     orders = [pairs_in(corpus.epoch(11, e)) for e in (0, 1)]
     for order in orders:
@@ -349,7 +352,7 @@ def test_a_pass_in_chunks_sees_every_pair_once_and_restarts_exactly(
     monkeypatch.setattr(pipeline, "CHUNK_PAIRS", 150, raising=False)
     tokenizer, _ = setup
     corpus, batches = chunked  # the stream's first 160 batches
-    assert corpus.num_pairs == 1014 and len(corpus.pieces) > 8  # 7 chunks per pass
+    assert corpus.num_pairs == 1014 and len(corpus.piece_sizes) > 8  # 7 chunks per pass
     first_pass = [index for epoch, index, _ in batches if epoch == 0]
     assert [chunk_of(i) for i in first_pass] == sorted(chunk_of(i) for i in first_pass)
     assert {chunk_of(i) for i in first_pass} == set(range(7))
@@ -405,13 +408,16 @@ def test_a_restart_tokenizes_its_own_chunk_not_what_came_before(setup, chunked, 
 
 
 def test_a_pass_from_a_pair_on_is_the_rest_of_the_pass(setup, tmp_path, tfds_corpus):
-    """`epoch(seed, e, start=k)` is pass e without its first k raw pairs: through `seek` (a
-    Python int: file pieces pass over lines in Python, TFDS slices its split, pieces at
-    their end included) and through tf.data's skip (a tensor), for files and TFDS read in
-    pieces; `passes(seed, start)` goes on into the next pass from its start."""
+    """`epoch(seed, e, start=k)` is pass e without its first k raw pairs: file pieces pass
+    over their lines in Python (`read_order`, a Python int or a tensor k), TFDS through
+    `seek` (a Python int: it slices its split, pieces at their end included) and through
+    tf.data's skip (a tensor); `passes(seed, start)` goes on into the next pass from its
+    start."""
     _, pairs = setup
-    for corpus in (file_corpus(tmp_path, pairs), tfds_corpus):
-        assert len(corpus.pieces) > 8 and corpus.seek is not None
+    files = file_corpus(tmp_path, pairs)
+    assert len(files.piece_sizes) > 8 and files.read_order is not None
+    assert len(tfds_corpus.pieces) > 8 and tfds_corpus.seek is not None
+    for corpus in (files, tfds_corpus):
         n = corpus.num_pairs
         one, two = (pairs_in(corpus.epoch(3, e, filtered=False)) for e in (1, 2))
         assert len(one) == n
@@ -422,6 +428,43 @@ def test_a_pass_from_a_pair_on_is_the_rest_of_the_pass(setup, tmp_path, tfds_cor
             assert got == one[k:]
         later = pairs_in(corpus.passes(3, n + n - 5).take(15))
         assert later == one[n - 5 :] + two[:10]
+
+
+def test_a_file_pass_is_its_pieces_interleaved_by_choose_from_datasets(setup, tmp_path):
+    """A file corpus's pieces, read by one generator in the pass's order (`read_order`),
+    give the pairs in the order `choose_from_datasets` gives over one dataset per piece
+    (how passes were read before it: a run's order and weights are unchanged), from a
+    pair `start` on too."""
+    _, pairs = setup
+    corpus = file_corpus(tmp_path, pairs)
+    stored, sizes = pairs_in(corpus.dataset), corpus.piece_sizes
+    assert len(sizes) > 8 and sum(sizes) == len(stored) == corpus.num_pairs
+    ends = np.cumsum([0, *sizes])
+    pieces = [
+        tf.data.Dataset.from_tensor_slices(tuple(map(list, zip(*stored[a:b]))))
+        for a, b in zip(ends[:-1], ends[1:])
+    ]
+    by_datasets = dataclasses.replace(corpus, read_order=None, pieces=pieces)
+    for e, start in ((0, 0), (1, 0), (1, 137), (2, tf.constant(300, tf.int64))):
+        got = pairs_in(corpus.epoch(5, e, start=start))
+        assert got == pairs_in(by_datasets.epoch(5, e, start=start))
+        assert len(got) == corpus.num_pairs - int(start)
+
+
+def test_batch_count_is_the_number_of_batches_make_batches_gives(setup):
+    """`batch_count` (lengths tokenized eagerly, no dataset function traced) is the number
+    of batches `make_batches(..., shuffle=False)` gives, pairs over `max_length` (16) dropped,
+    at the deterministic segmentation and at a sampled one (seeded per tokenization batch:
+    1014 pairs are two)."""
+    tokenizer, pairs = setup
+    for batch_tokens in (64, 512):
+        for subword in (None, subword_sampler(tokenizer, 0.5)):
+            kwargs = dict(batch_tokens=batch_tokens, max_length=16, subword=subword)
+            stats = PipelineStats()
+            made = make_batches(pairs.dataset, tokenizer, shuffle=False, stats=stats, **kwargs)
+            expected = int(made.reduce(0, lambda n, _: n + 1))
+            assert int(stats.too_long.numpy()) > 0
+            assert batch_count(pairs.dataset, tokenizer, **kwargs) == expected
 
 
 @pytest.mark.slow

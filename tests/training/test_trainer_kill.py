@@ -128,6 +128,9 @@ def test_resume_after_sigkill_is_exact(tmp_path, mini_multi30k_dir, left_alone, 
         }
 
     assert bleus(model_dir) == bleus(alone)
+    # every BLEU in TensorBoard too, on disk when the process ended (kt-train's os._exit)
+    for run_dir in (alone, model_dir):
+        assert tensorboard_steps(run_dir, "bleu", "validation") == sorted(bleus(alone))
     # every event once, as the run left alone wrote them; time_s keeps counting
     assert events(model_dir) == events(alone)
     times = [r["time_s"] for r in Run(str(model_dir)).read_metrics()]

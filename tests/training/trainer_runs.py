@@ -69,13 +69,13 @@ def events(run_dir):
     return [(r["event"], r["step"]) for r in Run(str(run_dir)).read_metrics()]
 
 
-def tensorboard_steps(run_dir, tag="loss"):
-    """The steps of the `tag` scalars in logs/train, in the order written."""
+def tensorboard_steps(run_dir, tag="loss", folder="train"):
+    """The steps of the `tag` scalars in logs/`folder`, in the order written."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     # as TensorBoard reads a directory: events a restarted run writes again replace those
     # the killed one wrote past its restored step (purge_orphaned_data)
-    accumulator = EventAccumulator(str(run_dir / LOG_DIR / "train"))
+    accumulator = EventAccumulator(str(run_dir / LOG_DIR / folder))
     accumulator.Reload()
     return [event.step for event in accumulator.Tensors(tag)]
 

@@ -1,10 +1,13 @@
-"""How configuration travels from kt-train's flags to `fit` (issue #39's measure): run
-`kt-train ARGS` in this process under a profiler until the trainer calls `fit_to_step` (not
-run), and print JSON: every call from a keras_transformer module into another one (a
-module visit), the distinct call sites among them, and the entries per module.
+"""How configuration travels from kt-train's flags to `fit`, and from kt-export's flags to
+the exporter (issue #39's measure): run `kt-train ARGS` in this process under a profiler
+until the trainer calls `fit_to_step` (not run), or `kt-export ARGS` until the exporter's
+`export` is called (not run), and print JSON: every call from a keras_transformer module
+into another one (a module visit), the distinct call sites among them, and the entries per
+module.
 
     python benchmarks/config_flow.py --data-dir DIR --model-dir /tmp/flow --preset tiny \
         --vocab-size 500 --train-steps 10
+    python benchmarks/config_flow.py kt-export --model-dir /tmp/flow --export-dir /tmp/ex
 
 Calls from Keras or TensorFlow into the package (a layer's `call`, a callback) and calls
 inside one module are not visits; `layers.*` (the model's structure, not its
@@ -26,7 +29,7 @@ PACKAGE = os.path.dirname(keras_transformer.__file__)
 
 
 class ReachedFit(Exception):
-    pass
+    """The traced command reached its end point (`fit`, or the exporter's `export`)."""
 
 
 def module_of(code) -> str | None:
@@ -35,11 +38,34 @@ def module_of(code) -> str | None:
     return os.path.relpath(code.co_filename, PACKAGE)[:-3].replace(os.sep, ".")
 
 
-def trace(argv: list[str]) -> list[tuple[str, str, str]]:
-    """[(caller module, callee module, callee function)] up to `fit_to_step`."""
+def stop_at_fit():
+    """kt-train's main, its end point patched to raise `ReachedFit`."""
     from keras_transformer.cli import train as cli_train
     from keras_transformer.training import trainer
 
+    trainer.fit_to_step = reached_fit
+    return cli_train.main
+
+
+def stop_at_export():
+    """kt-export's main, every format's `export` patched to raise `ReachedFit`."""
+    from keras_transformer.cli import export as cli_export
+    from keras_transformer.inference import ctranslate2_export, export
+
+    export.SavedModelExporter.export = reached_fit
+    ctranslate2_export.CTranslate2Exporter.export = reached_fit
+    return cli_export.main
+
+
+def reached_fit(*args, **kwargs):
+    raise ReachedFit
+
+
+def trace(argv: list[str]) -> list[tuple[str, str, str]]:
+    """[(caller module, callee module, callee function)] up to `fit_to_step` (kt-train), or
+    up to the exporter's `export` when argv starts with `kt-export`."""
+    command = argv.pop(0) if argv and argv[0] in ("kt-train", "kt-export") else "kt-train"
+    main = stop_at_export() if command == "kt-export" else stop_at_fit()
     visits = []
 
     def profile(frame, event, arg):
@@ -48,15 +74,11 @@ def trace(argv: list[str]) -> list[tuple[str, str, str]]:
         if caller and caller != callee and frame.f_code.co_name != "<module>":
             visits.append((caller, callee, frame.f_code.co_name))
 
-    def reached_fit(*args, **kwargs):
-        raise ReachedFit
-
-    trainer.fit_to_step = reached_fit
-    sys.argv = ["kt-train", *argv]
+    sys.argv = [command, *argv]
     sys.setprofile(profile)
     try:
         with contextlib.redirect_stdout(sys.stderr):  # stdout: the JSON only
-            cli_train.main()
+            main()
     except ReachedFit:
         pass
     finally:

@@ -9,6 +9,12 @@ its traceback on stderr). A case costs its own work, not the 10-17 s of imports.
 job, `{"returncode", "stdout" (its bytes as latin-1 text), "stderr" (text), "after"}` where
 `after` is `snapshot(*watch)` taken as soon as the case ended. Used by
 tests/test_cli_failures.py and by the command tests of tests/inference/test_export.py.
+
+`python -m tests.cli_driver --serve SOCKET` serves commands that a shell runs: each
+`python tests/cli_client.py SOCKET <argv>` (a process without TensorFlow) hands its argv,
+cwd, environment and stdin, stdout and stderr descriptors to this process over the Unix
+socket SOCKET, which runs it as above in a forked child and answers its exit status; the
+client exits with it. Commands are served one at a time, until the server is terminated.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import atexit
 import json
 import os
 import runpy
+import socket
 import sys
 import tempfile
 import traceback
@@ -45,14 +52,13 @@ def exit_code(stop: SystemExit) -> int:
     return 1
 
 
-def child(job: dict, stdout: int, stderr: int) -> None:
+def child(job: dict, stdin: int, stdout: int, stderr: int) -> None:
     """The forked child: becomes `python *argv` and exits with its status."""
     code = 1
     try:
         os.chdir(job["cwd"])
         os.environ.clear()
         os.environ.update(job["env"])
-        stdin = os.open(job["stdin"] or os.devnull, os.O_RDONLY)
         for source, target in ((stdin, 0), (stdout, 1), (stderr, 2)):
             os.dup2(source, target)
         sys.stdin = open(0, closefd=False)  # a fresh reader of the new descriptor 0
@@ -85,9 +91,11 @@ def run(job: dict) -> dict:
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         sys.stdout.flush()
         sys.stderr.flush()
+        stdin = os.open(job["stdin"] or os.devnull, os.O_RDONLY)
         pid = os.fork()
         if pid == 0:
-            child(job, out.fileno(), err.fileno())
+            child(job, stdin, out.fileno(), err.fileno())
+        os.close(stdin)
         _, status = os.waitpid(pid, 0)
         out.seek(0)
         err.seek(0)
@@ -107,5 +115,29 @@ def main(jobs_path: str, results_path: str) -> None:
         json.dump(results, handle)
 
 
+def serve(socket_path: str) -> None:
+    """Runs the commands of tests/cli_client.py, one connection (one command) at a time."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as server:
+        server.bind(socket_path)
+        server.listen()
+        while True:
+            connection, _ = server.accept()
+            with connection:
+                message, fds, _, _ = socket.recv_fds(connection, 1 << 20, 3)
+                job = json.loads(message)
+                sys.stdout.flush()
+                sys.stderr.flush()
+                pid = os.fork()
+                if pid == 0:
+                    child(job, *fds)
+                for fd in fds:
+                    os.close(fd)
+                _, status = os.waitpid(pid, 0)
+                connection.sendall(str(os.waitstatus_to_exitcode(status)).encode())
+
+
 if __name__ == "__main__":
-    main(*sys.argv[1:])
+    if sys.argv[1] == "--serve":
+        serve(sys.argv[2])
+    else:
+        main(*sys.argv[1:])

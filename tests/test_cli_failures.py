@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -689,7 +690,10 @@ def next_steps(run: str, data_dir: str) -> list[str]:
 def test_the_next_steps_that_kt_train_prints_run_as_printed(trained, tmp_path, multi30k_dir):
     """The printed lines, run by a shell in a fresh directory with kt-* bound to this
     checkout: the export, then the test set's translation from a gzip file on stdin (one
-    line out per line in, not the lines of its compressed bytes), then its BLEU."""
+    line out per line in, not the lines of its compressed bytes), then its BLEU. Each kt-*
+    runs in a child forked from one process that imported TensorFlow once (tests/cli_driver.py
+    --serve), with the shell's cwd, environment, stdin, stdout and stderr, and exits with the
+    command's status."""
     run, _ = trained
     data = tmp_path / "data" / "multi30k"
     data.mkdir(parents=True)
@@ -703,23 +707,34 @@ def test_the_next_steps_that_kt_train_prints_run_as_printed(trained, tmp_path, m
     assert translate.endswith("test_2016_flickr.en.gz > translations.txt"), translate
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
+    server = os.path.join(tempfile.mkdtemp(prefix="kt-"), "socket")  # a short path
+    client = ROOT / "tests" / "cli_client.py"
     for name in ("export", "translate", "evaluate"):
         shim = bin_dir / f"kt-{name}"
         shim.write_text(
-            f'#!/bin/sh\nexec "{sys.executable}" -m keras_transformer.cli.{name} "$@"\n'
+            f'#!/bin/sh\nexec "{sys.executable}" -S "{client}" "{server}" '
+            f'-m keras_transformer.cli.{name} "$@"\n'
         )
         shim.chmod(0o755)
     work = tmp_path / "work"
     work.mkdir()
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
+    serving = subprocess.Popen(
+        [sys.executable, "-m", "tests.cli_driver", "--serve", server], cwd=ROOT, env=env
+    )
     outputs = []
-    for line in (export, translate, evaluate):
-        out = subprocess.run(
-            ["sh", "-c", line], cwd=work, env=env, capture_output=True, text=True, timeout=600
-        )
-        assert out.returncode == 0, f"{line}\n{out.stderr[-3000:]}"
-        outputs.append(out)
+    try:
+        for line in (export, translate, evaluate):
+            out = subprocess.run(
+                ["sh", "-c", line], cwd=work, env=env, capture_output=True, text=True, timeout=600
+            )
+            assert out.returncode == 0, f"{line}\n{out.stderr[-3000:]}"
+            outputs.append(out)
+    finally:
+        serving.terminate()
+        serving.wait()
+        shutil.rmtree(os.path.dirname(server))
     assert "  weights: 1 checkpoint (step 5) of " in outputs[0].stdout, outputs[0].stdout
     assert "--average-last 5 asked for more: the run has 1" in outputs[0].stdout
     translations = (work / "translations.txt").read_text().splitlines()

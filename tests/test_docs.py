@@ -309,12 +309,14 @@ def promised_prints(block: str) -> list[str]:
 @pytest.fixture(scope="module")
 def readme_directory(tmp_path_factory, multi30k_dir):
     """A directory holding `exports/transformer/1`, a tiny trained run's export, where the
-    README's blocks run as a reader would run them after `kt-export`."""
+    README's blocks run as a reader would run them after `kt-export` (one layer: the blocks
+    load and call an export, whatever its size; its tracing, saving and loading time grows
+    with the layers)."""
     from keras_transformer.inference.export import export_run
     from tests.run_fixture import make_run
 
     base = tmp_path_factory.mktemp("readme")
-    run = make_run(str(base / "run"), multi30k_dir, steps=10)
+    run = make_run(str(base / "run"), multi30k_dir, steps=10, num_layers=1)
     export_run(run, str(base / "exports"), max_extra_length=5)
     return str(base)
 

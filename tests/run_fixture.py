@@ -27,10 +27,17 @@ def make_run(
     vocab_size: int = 600,
     named=False,
     num_layers: int = 2,
+    seed: int | None = None,
 ) -> str:
     """`named`: config.json's training settings name the dataset, as train.py writes them
     (the export's agreement report reads the validation set from them). `num_layers`: 1 where
-    XLA compiles the search (its compile time grows with the layers)."""
+    XLA compiles the search (its compile time grows with the layers). `seed`: every random
+    seed set first (`keras.utils.set_random_seed`), so the weights do not depend on which
+    tests this worker ran before; it clears TensorFlow's kernel cache, so only where no
+    tokenizer built earlier is still in use. Without it the weights follow the process's
+    random state."""
+    if seed is not None:
+        keras.utils.set_random_seed(seed)
     run = Run(model_dir)
     sentences = []
     for name in ("train.en.gz", "train.de.gz"):

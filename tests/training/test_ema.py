@@ -133,18 +133,25 @@ RUN = ("--steps-per-epoch", "4", "--checkpoint-every", "2", "--eval-every", "4",
 
 @pytest.fixture(scope="module")
 def ema_runs(tmp_path_factory, multi30k_dir):
-    """(12 steps with --ema-decay, the same 12 steps without it), in one process tree. The
-    resume of a run with --ema-decay is checked by test_trainer_kill (its two-corpora case),
-    bit for bit."""
+    """(12 steps with --ema-decay, the same 12 steps without it, the export folder), in one
+    process tree: the two runs, then the first one's two exports by export.py, with and
+    without --no-ema (`exports/ema`, `exports/raw`; no agreement report, test_export_formats
+    checks it: the weights are what is compared). The resume of a run with --ema-decay is
+    checked by test_trainer_kill (its two-corpora case), bit for bit."""
     base = tmp_path_factory.mktemp("ema")
     data = write_corpus(base / "data", multi30k_dir, 0, 600)
-    alone, plain = base / "alone", base / "plain"
+    alone, plain, exports = base / "alone", base / "plain", base / "exports"
     without = [f for f in RUN if f not in ("--ema-decay", "0.9")]
     run_commands(
         train_argv(alone, *data, *RUN, "--train-steps", "12"),
         train_argv(plain, *data, *without, "--train-steps", "12"),
-    )
-    return alone, plain
+        *(
+            ["export.py", "--model-dir", alone, "--export-dir", exports / name,
+             "--average-last", "1", "--agreement-sentences", "0", *flags]
+            for name, flags in (("ema", []), ("raw", ["--no-ema"]))
+        ),
+    )  # fmt: skip
+    return alone, plain, exports
 
 
 def checkpoint_tensors(path) -> dict:
@@ -157,7 +164,7 @@ def test_the_raw_weights_are_those_of_the_same_run_without_ema(ema_runs):
     """The average never feeds back: with --ema-decay, a run trains bit for bit the weights
     (and optimizer state, data position, RNG) of the same command without it, so one tuning
     run gives both the default recipe's weights (`export.py --no-ema`) and the average."""
-    alone, plain = ema_runs
+    alone, plain, _ = ema_runs
     with_ema, without = (checkpoint_tensors(Run(str(d)).checkpoints()[-1]) for d in (alone, plain))
     averages = {n for n in with_ema if n.startswith(f"{EMA_KEY}/")}
     assert averages
@@ -197,8 +204,8 @@ def contains(arrays, value) -> bool:
 
 
 @pytest.mark.slow
-def test_export_takes_the_averages_unless_no_ema(ema_runs, tmp_path):
-    run_dir = str(ema_runs[0])
+def test_export_takes_the_averages_unless_no_ema(ema_runs):
+    run_dir, exports = str(ema_runs[0]), ema_runs[2]
     last = Run(run_dir).checkpoints()[-1]
     reader = tf.train.load_checkpoint(last)
     raw_model, _, _ = load_trained(run_dir, ema=False)
@@ -212,16 +219,8 @@ def test_export_takes_the_averages_unless_no_ema(ema_runs, tmp_path):
     raw = raw_model.trainable_variables[embedding].numpy()
     averaged = averaged_model.trainable_variables[embedding].numpy()
     assert float(np.abs(raw - averaged).max()) > 1e-4
-    # no agreement report (test_export_formats checks it): the weights are what is compared;
-    # the two exports in one process tree
-    run_commands(
-        *(
-            ["export.py", "--model-dir", run_dir, "--export-dir", str(tmp_path / name),
-             "--average-last", "1", "--agreement-sentences", "0", *flags]
-            for name, flags in (("ema", []), ("raw", ["--no-ema"]))
-        )
-    )  # fmt: skip
-    paths = {name: str(tmp_path / name / "transformer" / "1") for name in ("ema", "raw")}
+    # export.py's two exports of the run (ema_runs), with and without --no-ema
+    paths = {name: str(exports / name / "transformer" / "1") for name in ("ema", "raw")}
     ema_arrays, raw_arrays = exported_arrays(paths["ema"]), exported_arrays(paths["raw"])
     assert contains(ema_arrays, averaged) and not contains(ema_arrays, raw)
     assert contains(raw_arrays, raw) and not contains(raw_arrays, averaged)

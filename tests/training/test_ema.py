@@ -52,9 +52,15 @@ def closed_form(history, decay):
     ]
 
 
+def one_layer_transformer():
+    """The tiny preset cut to one layer: the average is the same arithmetic on any weights,
+    and fit traces half the layers (measured: 14.3 -> 8.8 s float32, 18.3 -> 9.4 s float16)."""
+    return kt.Transformer(kt.TransformerConfig.preset("tiny", vocab_size=40, num_layers=1))
+
+
 def train_tiny(model_class, precision, steps):
     set_precision(precision)
-    transformer = kt.Transformer(kt.TransformerConfig.preset("tiny", vocab_size=40))
+    transformer = one_layer_transformer()
     model = model_class(transformer)
     model.compile(
         optimizer=kt.paper_optimizer(64, 10, ema_decay=DECAY), loss=kt.LabelSmoothedCrossEntropy()
@@ -100,7 +106,7 @@ def test_skipped_float16_steps_leave_the_average_and_train_steps_exact():
     """3 skipped float16 steps do not move the average, and `fit_to_step` still applies
     exactly --train-steps updates (it was test_trainer's float16 test: one fit for both)."""
     set_precision("mixed_float16")
-    model = SkipFirstSteps(kt.Transformer(kt.TransformerConfig.preset("tiny", vocab_size=40)))
+    model = SkipFirstSteps(one_layer_transformer())
     model.compile(
         optimizer=kt.paper_optimizer(64, 10, ema_decay=DECAY), loss=kt.LabelSmoothedCrossEntropy()
     )

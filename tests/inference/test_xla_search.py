@@ -52,18 +52,32 @@ def assert_same_results(got, expected, tol=1e-5):
             start = end
 
 
+@pytest.fixture(scope="module")
+def table_searches():
+    """table_case() and its SegmentedSearch (initial capacity 2) with and without XLA, one
+    each for all the searches below: a segment is traced once for tensors of any size and,
+    called eagerly, compiled by XLA once per shape (P, C, K), so the cases share those (a
+    search in a tf.function compiles its own); the stop rules' K = 4 is a beam size here."""
+    step_fn, cache, max_lengths = table_case()
+    searches = {
+        jit: SegmentedSearch(step_fn, EOS, jit_compile=jit, initial_capacity=2)
+        for jit in (False, True)
+    }
+    return step_fn, cache, max_lengths, searches
+
+
 @pytest.mark.parametrize("jit", [False, True])
 @pytest.mark.parametrize("graph", [False, True])
-@pytest.mark.parametrize("beam_size, alpha", [(1, 0.0), (3, 0.6), (5, 1.5)])
-def test_table_search_equals_the_default_search(beam_size, alpha, graph, jit):
+@pytest.mark.parametrize("beam_size, alpha", [(1, 0.0), (3, 0.6), (4, 1.5)])
+def test_table_search_equals_the_default_search(table_searches, beam_size, alpha, graph, jit):
     """Sentences settle at different steps (segments end, the live ones are compacted into
     smaller powers of two), the sequences outgrow the first capacity (2 steps, doubled up to
     16): the results are search.beam_search's, eagerly and in a graph."""
-    step_fn, cache, max_lengths = table_case()
+    step_fn, cache, max_lengths, searches = table_searches
     bos = tf.fill([7], BOS)
     expected = search.beam_search(step_fn, bos, cache, max_lengths, EOS, beam_size=beam_size,
                                   alpha=alpha)  # fmt: skip
-    segmented = SegmentedSearch(step_fn, EOS, jit_compile=jit, initial_capacity=2)
+    segmented = searches[jit]
 
     def run():
         return segmented.beam_search(bos, cache, max_lengths, beam_size=beam_size, alpha=alpha)
@@ -72,12 +86,12 @@ def test_table_search_equals_the_default_search(beam_size, alpha, graph, jit):
     assert_same_results(got, expected)
 
 
-def test_stop_rules_per_sentence_equal_the_default_search():
+def test_stop_rules_per_sentence_equal_the_default_search(table_searches):
     """search.beam_search's stop rules (STOP_FINISHED, STOP_TOP), one per sentence: the same
     results, and a rule changes some sentence's result (so the comparison can tell)."""
-    step_fn, cache, max_lengths = table_case()
+    step_fn, cache, max_lengths, searches = table_searches
     bos = tf.fill([7], BOS)
-    segmented = SegmentedSearch(step_fn, EOS, initial_capacity=2)
+    segmented = searches[True]  # XLA, initial capacity 2: the table search's K = 4 shapes
     options = dict(beam_size=4, alpha=tf.constant([0.0, 0.6, 1.5, 0.6, 0.0, 1.0, 0.6]))
     exact = search.beam_search(step_fn, bos, cache, max_lengths, EOS, **options)
     changed = set()
@@ -157,8 +171,19 @@ def random_transformer(num_layers: int):
 @pytest.fixture(scope="module")
 def random_model():
     """One layer: the searches below run eagerly, step by step, in less time the fewer
-    layers (a cache of several layers: test_fixed_capacity_cache_steps_equal_the_growing_cache)."""
-    return random_transformer(num_layers=1)
+    layers (a cache of several layers: test_fixed_capacity_cache_steps_equal_the_growing_cache).
+    With the model, its SegmentedSearch by minimum length (None, 4; initial capacity 4), one
+    each for all the searches below: a segment is traced once and compiled by XLA once per
+    shape (P, C, K, source and prefix widths), so searches of the same K share those."""
+    model, source = random_transformer(num_layers=1)
+    grow = model.grow_cache
+    searches = {
+        n: SegmentedSearch(
+            model.decode_step, EOS, grow_cache=grow, min_length=n, initial_capacity=4
+        )
+        for n in (None, 4)
+    }
+    return model, source, searches
 
 
 def test_fixed_capacity_cache_steps_equal_the_growing_cache():
@@ -197,11 +222,11 @@ def assert_same(expected, got):
 
 @pytest.mark.parametrize("min_length", [None, 4])
 def test_model_search_equals_the_default_search(random_model, min_length):
-    """A random model (its outputs run to the maximum length, 20 steps: the cache grows
-    from 4 to 32), per-sentence beam sizes, alphas, numbers of hypotheses and maximum
+    """A random model (its outputs run to the maximum length, 16 steps: the cache grows
+    from 4 to 16), per-sentence beam sizes, alphas, numbers of hypotheses and maximum
     lengths, and a minimum length."""
-    model, source = random_model
-    lengths = tf.constant([20, 7, 13, 3, 20, 9])
+    model, source, searches = random_model
+    lengths = tf.constant([16, 7, 13, 3, 16, 9])
     options = dict(
         beam_size=tf.constant([4, 1, 3, 2, 4, 4]),
         alpha=tf.constant([0.6, 0.0, 1.0, 0.6, 0.0, 2.0]),
@@ -213,10 +238,7 @@ def test_model_search_equals_the_default_search(random_model, min_length):
         model.decode_step, bos, model.init_cache(memory, source), lengths, EOS,
         min_length=min_length, **options,
     )  # fmt: skip
-    segmented = SegmentedSearch(
-        model.decode_step, EOS, grow_cache=model.grow_cache, min_length=min_length,
-        initial_capacity=4,
-    )  # fmt: skip
+    segmented = searches[min_length]  # initial capacity 4
     got = segmented.beam_search(
         bos, model.init_cache(memory, source, fixed_capacity=True), lengths, **options
     )
@@ -224,7 +246,7 @@ def test_model_search_equals_the_default_search(random_model, min_length):
 
 
 def test_model_search_with_prefixes_in_a_graph(random_model):
-    model, source = random_model
+    model, source, _ = random_model
     prefix = tf.constant(
         [[5, 6, 7], [9, -1, -1], [-1, -1, -1], [11, 12, -1], [4, 4, 4], [-1, -1, -1]]
     )
@@ -253,17 +275,18 @@ def test_model_search_with_prefixes_in_a_graph(random_model):
 
 
 def test_model_search_is_batch_invariant(random_model):
-    """Each sentence alone gets what it gets in the batch (other batches, other P)."""
-    model, source = random_model
-    lengths = tf.constant([20, 7, 13, 3, 20, 9])
-    segmented = SegmentedSearch(model.decode_step, EOS, grow_cache=model.grow_cache)
+    """Each sentence alone gets what it gets in the batch (other batches, other P; K = 4, the
+    shapes of test_model_search_equals_the_default_search, whose compilations it shares)."""
+    model, source, searches = random_model
+    lengths = tf.constant([16, 7, 13, 3, 16, 9])
+    segmented = searches[None]
 
     def run(rows):
         src = tf.gather(source, rows)
         memory = model.encode(src)
         cache = model.init_cache(memory, src, fixed_capacity=True)
         bos = tf.fill([len(rows)], 2)
-        return segmented.beam_search(bos, cache, tf.gather(lengths, rows), beam_size=3)
+        return segmented.beam_search(bos, cache, tf.gather(lengths, rows), beam_size=4)
 
     batch = run(list(range(6)))
     for i in range(6):

@@ -4,34 +4,35 @@ fall inside the run (warmup keeps its floor: it shapes the weights)."""
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.training.small_corpus import run_commands
+
 STEPS, EPOCH = 6, 4  # two epochs, the second one partial
 
 
-def command(module: str, *argv: str, **kwargs) -> subprocess.CompletedProcess:
-    out = subprocess.run(
-        [sys.executable, "-m", f"keras_transformer.cli.{module}", *argv],
-        capture_output=True, text=True, cwd=ROOT, **kwargs,
-    )  # fmt: skip
-    assert out.returncode == 0, f"{module}: {out.stderr[-3000:]}"
-    return out
+def module(name: str, *argv: str) -> list[str]:
+    return ["-m", f"keras_transformer.cli.{name}", *argv]
 
 
 @pytest.mark.slow
 def test_the_smoke_recipe_trains_exports_and_serves(tmp_path, multi30k_dir):
-    env = {**os.environ, "PYTHONPATH": ROOT, "KT_DATA_DIR": multi30k_dir}
     run, exports = str(tmp_path / "smoke"), str(tmp_path / "exports")
-    train = command(
-        "train", "--config", "recipes/smoke.yaml", "--model-dir", run,
-        "--train-steps", str(STEPS), "--steps-per-epoch", str(EPOCH), "--eval-sentences", "4",
-        env=env,
+    (tmp_path / "input.txt").write_text("A man rides a bike.\n", encoding="utf-8")
+    # the three commands in order in one process tree (one import of TensorFlow), each as
+    # `python -m` runs it; the agreement report on 8 validation sentences, not 200: its
+    # wiring, not its figures
+    train, export, out = run_commands(
+        module("train", "--config", "recipes/smoke.yaml", "--model-dir", run,
+               "--train-steps", str(STEPS), "--steps-per-epoch", str(EPOCH),
+               "--eval-sentences", "4"),
+        module("export", "--model-dir", run, "--export-dir", exports, "--model-name", "smoke",
+               "--agreement-sentences", "8"),
+        module("translate", "--model", f"{exports}/smoke/1"),
+        env={"KT_DATA_DIR": multi30k_dir},
+        stdins=[None, None, tmp_path / "input.txt"],
     )  # fmt: skip
     plan = train.stdout + train.stderr
     resolved = {
@@ -41,14 +42,5 @@ def test_the_smoke_recipe_trains_exports_and_serves(tmp_path, multi30k_dir):
     assert resolved["train-steps"] == STEPS
     assert all(1 <= value <= STEPS for value in resolved.values()), resolved
     assert re.findall(r"^(\d+/\d+) - ", plan, re.M)[0] == "4/4"  # the first, whole epoch
-    # the agreement report on 8 validation sentences, not 200: its wiring, not its figures
-    export = command(
-        "export", "--model-dir", run, "--export-dir", exports, "--model-name", "smoke",
-        "--agreement-sentences", "8", env=env,
-    )  # fmt: skip
     assert "of 8 outputs identical" in export.stdout, export.stdout
-    out = command(
-        "translate", "--model", os.path.join(exports, "smoke", "1"),
-        input="A man rides a bike.\n", env=env,
-    )  # fmt: skip
     assert len(out.stdout.splitlines()) == 1

@@ -56,18 +56,21 @@ def run_train(model_dir, *flags) -> subprocess.CompletedProcess:
     return out
 
 
-def run_commands(*commands, env=None, envs=None, check=True) -> list[subprocess.CompletedProcess]:
+def run_commands(
+    *commands, env=None, envs=None, stdins=None, check=True
+) -> list[subprocess.CompletedProcess]:
     """Runs `python *argv` for each argv of `commands`, in order, in one process tree
     (tests/cli_driver.py: TensorFlow and the package are imported once, each command runs in
     a child forked from that process), each as `run_train` runs it; their outcomes, stdout
     and stderr as text. A command costs its own work, not the import's 6-10 s. `env`: added
-    to every command's environment, `envs`: one dict (or None) per command added to its own.
-    `check`: fails the test on the first non-zero exit."""
+    to every command's environment, `envs`: one dict (or None) per command added to its own,
+    `stdins`: one file (or None: /dev/null) per command, read as its stdin. `check`: fails the test on the first non-zero exit."""
     environ = {**os.environ, "PYTHONPATH": ROOT, **(env or {})}
+    none = [None] * len(commands)
     jobs = [
-        {"argv": [str(a) for a in argv], "stdin": None, "env": {**environ, **(extra or {})},
-         "cwd": ROOT, "watch": []}
-        for argv, extra in zip(commands, envs or [None] * len(commands), strict=True)
+        {"argv": [str(a) for a in argv], "stdin": stdin and str(stdin),
+         "env": {**environ, **(extra or {})}, "cwd": ROOT, "watch": []}
+        for argv, extra, stdin in zip(commands, envs or none, stdins or none, strict=True)
     ]  # fmt: skip
     with tempfile.TemporaryDirectory() as work:
         jobs_path, results_path = os.path.join(work, "jobs.json"), os.path.join(work, "out.json")

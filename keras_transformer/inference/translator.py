@@ -95,7 +95,7 @@ class Translator(tf.Module):
         self.max_output_length = (
             model.config.max_length if model.config.positional == "learned" else None
         )
-        layers = model.decoder.num_layers  # the depth the decoder was built with
+        layers = model.config.num_decoder_layers
         layer = max(layers - 2, 0) if attention_layer is None else attention_layer
         if not -layers <= layer < layers:
             raise opt.DecodingOptionsError(

@@ -140,7 +140,7 @@ def parse_with_the_real_parser(command: str, argv: list[str], monkeypatch) -> No
     Raises AssertionError with argparse's message when the command line does not parse
     (an abbreviated flag included: it would break as soon as a second flag shares the prefix).
     """
-    from keras_transformer.cli import common
+    from keras_transformer.cli import parser as cli_parser
 
     def stopping(real_parse):
         def parse_and_stop(self, args=None, namespace=None):
@@ -150,7 +150,7 @@ def parse_with_the_real_parser(command: str, argv: list[str], monkeypatch) -> No
         return parse_and_stop
 
     # argparse's (the scripts') and the commands' own subclass (unknown-flag messages)
-    for parser_class in (argparse.ArgumentParser, common.ArgumentParser):
+    for parser_class in (argparse.ArgumentParser, cli_parser.ArgumentParser):
         monkeypatch.setattr(parser_class, "parse_args", stopping(parser_class.parse_args))
     if command.endswith(".py"):
         path = os.path.join(REPO, command)

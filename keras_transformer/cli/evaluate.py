@@ -16,13 +16,13 @@ import sys
 import time
 
 from keras_transformer.cli.common import (
-    ArgumentParser,
     add_decoding_flags,
     decoder,
     flag_error,
     import_tensorflow,
     parse_data_command,
 )
+from keras_transformer.cli.parser import ArgumentParser
 
 
 def target_tokens(model_path: str, texts: list[str]) -> int | None:

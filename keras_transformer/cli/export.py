@@ -18,12 +18,12 @@ import os
 import sys
 
 from keras_transformer.cli.common import (
-    ArgumentParser,
     add_log_level_flag,
     flag_error,
     set_up_command,
     version_text,
 )
+from keras_transformer.cli.parser import ArgumentParser
 
 
 class VersionOrNumber(argparse.Action):

@@ -15,11 +15,11 @@ import argparse
 import sys
 
 from keras_transformer.cli.common import (
-    ArgumentParser,
     add_command_flags,
     flag_error,
     set_up_command,
 )
+from keras_transformer.cli.parser import ArgumentParser
 
 
 def main(argv=None, prog: str = "kt-import") -> int:

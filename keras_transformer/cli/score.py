@@ -16,11 +16,11 @@ import json
 import sys
 
 from keras_transformer.cli.common import (
-    ArgumentParser,
     flag_error,
     import_tensorflow,
     parse_data_command,
 )
+from keras_transformer.cli.parser import ArgumentParser
 
 
 def records(out, rows):

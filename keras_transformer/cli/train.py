@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from keras_transformer.cli.common import ArgumentParser
+from keras_transformer.cli.parser import ArgumentParser
 
 
 def build_parser(prog: str = "kt-train") -> argparse.ArgumentParser:
@@ -24,22 +24,20 @@ def build_parser(prog: str = "kt-train") -> argparse.ArgumentParser:
     import dataclasses
 
     from keras_transformer.cli.common import add_command_flags
-    from keras_transformer.settings.args import TrainArgs, default_text, option
+    from keras_transformer.settings.args import TrainArgs, argument
 
     parser = ArgumentParser(
         prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     for field in dataclasses.fields(TrainArgs):
         kind = str(field.type)
-        about = field.metadata["about"].replace("%", "%%")
-        meta = dict(help=f"{about} (default: {default_text(field)})", default=argparse.SUPPRESS)
+        name, about = argument(field)
+        meta = dict(help=about, default=argparse.SUPPRESS)
         if kind == "bool":
-            parser.add_argument(option(field.name), action=argparse.BooleanOptionalAction, **meta)
+            parser.add_argument(name, action=argparse.BooleanOptionalAction, **meta)
             continue
         convert = int if kind.startswith("int") else float if kind.startswith("float") else str
-        parser.add_argument(
-            option(field.name), type=convert, choices=field.metadata["choices"], **meta
-        )
+        parser.add_argument(name, type=convert, choices=field.metadata["choices"], **meta)
     parser.add_argument(
         "--config",
         metavar="FILE",

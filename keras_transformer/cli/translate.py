@@ -17,7 +17,6 @@ import argparse
 import sys
 
 from keras_transformer.cli.common import (
-    ArgumentParser,
     add_decoding_flags,
     add_sampling_flags,
     decoder,
@@ -25,6 +24,7 @@ from keras_transformer.cli.common import (
     import_tensorflow,
     parse_data_command,
 )
+from keras_transformer.cli.parser import ArgumentParser
 
 
 def main(argv=None, prog: str = "kt-translate") -> int:

@@ -15,6 +15,7 @@ from keras_transformer.config import BEAM_SIZE, PRESETS, ConfigError
 from keras_transformer.files import DATA_DIR_ENV
 from keras_transformer.settings.flags import (
     alternatives,
+    argument,
     default_text,
     describe,
     flag,
@@ -291,5 +292,5 @@ ALTERNATIVES = alternatives(TrainArgs)
 
 __all__ = [
     "ALTERNATIVES", "COUNTED", "ConfigError", "FIXED_ON_RESUME", "MODEL_FLAGS", "TrainArgs",
-    "TrainSettings", "default_text", "describe", "flag", "flags_with", "option",
+    "TrainSettings", "argument", "default_text", "describe", "flag", "flags_with", "option",
 ]  # fmt: skip

@@ -81,6 +81,13 @@ def option(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+def argument(field: dataclasses.Field) -> tuple[str, str]:
+    """A flag's option and its help ending with its default (`default_text`), as
+    `kt-train --help` shows them (argparse's help: "%" escaped)."""
+    about = field.metadata["about"].replace("%", "%%")
+    return option(field.name), f"{about} (default: {default_text(field)})"
+
+
 def describe(args, given, pending=()) -> str:
     """The resolved settings `args`, one line each, marking those that were resolved
     automatically (None in `given`); those named in `pending` and still None are counted when
@@ -98,6 +105,7 @@ def describe(args, given, pending=()) -> str:
 
 __all__ = [
     "alternatives",
+    "argument",
     "default_text",
     "describe",
     "flag",

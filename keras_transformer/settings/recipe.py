@@ -215,33 +215,6 @@ def split_update(out: dict, update_tokens: int, replicas: int) -> dict:
     return {**got, "accum_steps": accum, "batch_tokens": math.ceil(update_tokens / accum)}
 
 
-# Below this many padded tokens per replica and micro-batch a GPU waits more than it computes:
-# a step's matmuls have one row per token (a few thousand fill a V100/A100's tensor cores;
-# fairseq's WMT recipes use 3584-4096 per GPU), while its fixed costs, the gradient all-reduce
-# (about 260 MB for base, 850 MB for big) and the step's launches, do not shrink with it.
-TOKENS_PER_REPLICA_FLOOR = 2048
-
-
-def replica_tokens(settings: TrainSettings, replicas: int) -> tuple[str, str | None]:
-    """(the plan's tokens-per-replica line, a warning below `TOKENS_PER_REPLICA_FLOOR` or
-    None): what one replica computes per micro-batch and per update."""
-    micro = settings.batch_tokens // max(1, replicas)
-    update = settings.batch_tokens * settings.accum_steps
-    line = (
-        f"tokens per replica: {micro} per micro-batch, {micro * settings.accum_steps} per "
-        f"update ({update} tokens per update = {replicas} replica{'s' * (replicas > 1)} x "
-        f"{settings.accum_steps} micro-batch{'es' * (settings.accum_steps > 1)} x {micro})"
-    )
-    warning = None
-    if micro < TOKENS_PER_REPLICA_FLOOR:
-        warning = (
-            f"{micro} tokens per replica and micro-batch is below {TOKENS_PER_REPLICA_FLOOR}: "
-            "a GPU would mostly wait on the all-reduce; give --tokens-per-replica (and fewer "
-            "--accum-steps) to keep each replica busy (docs/gpu.md)"
-        )
-    return line, warning
-
-
 __all__ = [
     "COUNTED",
     "FINE_TUNE_PEAK_LR",
@@ -251,9 +224,7 @@ __all__ = [
     "is_large",
     "schedule",
     "sizes",
-    "TOKENS_PER_REPLICA_FLOOR",
     "fine_tune_schedule",
-    "replica_tokens",
     "resolve",
     "split_update",
 ]

@@ -10,8 +10,7 @@ import tensorflow as tf
 from keras_transformer.data import DataMissing
 from keras_transformer.run_dir import Run
 from keras_transformer.settings.args import COUNTED, TrainSettings, describe
-from keras_transformer.settings.plan import Plan
-from keras_transformer.settings.recipe import replica_tokens
+from keras_transformer.settings.plan import Plan, replica_tokens
 from keras_transformer.training.preparation import load_data, planned_settings
 from keras_transformer.training.strategy import (
     StrategyError,

@@ -3,6 +3,7 @@ the `tf.train.Checkpoint` of a resume, the restore from the chief's newest check
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -23,6 +24,25 @@ from keras_transformer.training.job import Job
 from keras_transformer.training.step import TrainingModel
 
 logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelState:
+    """What a run trains and saves: the compiled model, the BLEU bookkeeping and the
+    checkpoint that saves both (and restores them on a resume)."""
+
+    model: TrainingModel
+    progress: cb.BleuProgress
+    checkpoint: tf.train.Checkpoint
+
+
+def build(config: TransformerConfig, settings: TrainSettings, strategy) -> ModelState:
+    """The run's model, in one call: compiled in `strategy`'s scope (`build_model`), then
+    the BLEU bookkeeping and the checkpoint of them both (`training_checkpoint`)."""
+    with strategy.scope():
+        model = build_model(config, settings)
+    progress = cb.BleuProgress()
+    return ModelState(model, progress, training_checkpoint(model, progress))
 
 
 def build_model(config: TransformerConfig, settings: TrainSettings) -> TrainingModel:
@@ -135,6 +155,8 @@ def step_of(model) -> int:
 
 
 __all__ = [
+    "ModelState",
+    "build",
     "build_model",
     "check_restored_step",
     "restore",

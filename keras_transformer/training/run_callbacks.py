@@ -16,10 +16,9 @@ from keras_transformer.training import callbacks as cb
 from keras_transformer.training import ema
 from keras_transformer.training.collective import worker_share
 from keras_transformer.training.job import Job
-from keras_transformer.training.model_state import training_checkpoint
+from keras_transformer.training.model_state import ModelState
 from keras_transformer.training.preemption import PreemptionSave
 from keras_transformer.training.progress import ProgressLog
-from keras_transformer.training.step import TrainingModel
 from keras_transformer.training.watchdog import ProgressWatchdog
 
 logger = logging.getLogger(__name__)
@@ -36,20 +35,21 @@ class Bookkeeping:
     bleu: cb.BleuEvaluation
 
 
-def bookkeeping(job: Job, prep, model: TrainingModel) -> Bookkeeping:
-    """The metrics log, the checkpoint and its manager, the NaN guard and the BLEU callback
-    of `prep` (a `preparation.Preparation`), built in the order they depend on each other."""
-    settings = prep.config.training
+def bookkeeping(job: Job, prep, state: ModelState) -> Bookkeeping:
+    """The metrics log, the checkpoint's manager (on the run's checkpoints/), the NaN guard
+    and the BLEU callback of `prep` (a `preparation.Preparation`) and `state` (the model,
+    its BLEU bookkeeping and checkpoint), built in the order they depend on each other."""
+    settings, model, progress = prep.config.training, state.model, state.progress
     metrics = cb.MetricsLogger(job.shared, cb.StepState.of(model), settings.log_every, job.chief)
-    progress = cb.BleuProgress()
-    checkpoint = training_checkpoint(model, progress)
-    manager = job.shared.checkpoint_manager(checkpoint, max_to_keep=settings.keep_checkpoints)
+    manager = tf.train.CheckpointManager(
+        state.checkpoint, job.shared.checkpoint_dir, max_to_keep=settings.keep_checkpoints
+    )
     guard = cb.NonFiniteLossGuard(manager, settings.nonfinite_steps)
     bleu = make_bleu_callback(
         job, settings, model, prep.tokenizer, prep.valid, metrics=metrics, guard=guard,
         progress=progress,
     )  # fmt: skip
-    return Bookkeeping(metrics, checkpoint, manager, guard, bleu)
+    return Bookkeeping(metrics, state.checkpoint, manager, guard, bleu)
 
 
 def make_bleu_callback(

@@ -152,16 +152,6 @@ def tf_config() -> dict:
     return config
 
 
-def chief_task() -> str:
-    """The task TensorFlow makes the chief (it writes the run directory): "chief:0" when
-    TF_CONFIG's cluster has a chief job (Kubeflow's TFJob, Vertex AI), else "worker:0"."""
-    try:
-        cluster = json.loads(os.environ.get("TF_CONFIG") or "{}").get("cluster") or {}
-    except (json.JSONDecodeError, AttributeError):
-        cluster = {}
-    return "chief:0" if cluster.get("chief") else "worker:0"
-
-
 def job_task(tf_config: str) -> dict:
     """This task's place in a multi-worker job, from TF_CONFIG (StrategyError when it cannot
     be): {"type", "index", "chief" (TensorFlow's own rule: the task of type "chief", else
@@ -212,6 +202,13 @@ def place(args: TrainArgs) -> tuple[tf.distribute.Strategy, int | None]:
     strategy = make_strategy(args.strategy, args.model_dir)
     logger.info("%s", device_report(strategy))
     return strategy, None if is_chief(strategy) else strategy.cluster_resolver.task_id
+
+
+def use_precision(name: str | None, cpu_devices: int | None = None) -> None:
+    """`check_devices` for the precision `name`, then `set_precision` (None: only checked)."""
+    check_devices(name, cpu_devices)
+    if name is not None:
+        set_precision(name)
 
 
 def set_precision(name: str) -> None:

@@ -18,12 +18,12 @@ from keras_transformer.settings.plan import Plan
 from keras_transformer.training import callbacks as cb
 from keras_transformer.training.dry_run import dry_run, log_replica_tokens
 from keras_transformer.training.job import Job
-from keras_transformer.training.model_state import build_model, restore, step_of
+from keras_transformer.training.model_state import build, restore, step_of
 from keras_transformer.training.preemption import PreemptionSave
 from keras_transformer.training.preparation import Preparation, prepare
 from keras_transformer.training.run_callbacks import bookkeeping, fit_verbosity, make_callbacks
 from keras_transformer.training.step import TrainingModel
-from keras_transformer.training.strategy import check_devices, set_precision
+from keras_transformer.training.strategy import use_precision
 from keras_transformer.training.streams import (
     report_dropped,
     training_stream,
@@ -41,14 +41,14 @@ def train(plan: Plan) -> dict:
     args = plan.args
     job = Job.start(args)  # the devices first
     if not job.found.exists:  # a resumed run's precision is checked once read back
-        check_devices(args.precision, args.cpu_devices)
+        use_precision(args.precision, args.cpu_devices)
     keras.utils.set_random_seed(args.seed)  # before any tokenizer: it clears the kernel cache
     prep = prepare(plan, job)
     settings = prep.config.training
     set_up(settings, args, job.strategy.num_replicas_in_sync)
-    with job.strategy.scope():
-        model = build_model(prep.config.model, settings)
-    parts = bookkeeping(job, prep, model)
+    state = build(prep.config.model, settings, job.strategy)
+    model = state.model
+    parts = bookkeeping(job, prep, state)
     step = restore(job, parts.checkpoint, model, parts.bleu, parts.metrics, prep.config.init)
     if step >= settings.train_steps:
         logger.info("already at step %d >= --train-steps %d", step, settings.train_steps)
@@ -86,11 +86,10 @@ def join_checkpoint_writes(callbacks) -> None:
 
 
 def set_up(settings: TrainSettings, args: TrainArgs, replicas: int) -> None:
-    """Check the devices for the run's precision, log its settings and set its precision."""
-    check_devices(settings.precision, args.cpu_devices)
+    """Check the devices for the run's precision and set it, then log its settings."""
+    use_precision(settings.precision, args.cpu_devices)
     logger.info("settings (config.json):\n%s", describe(settings, args))
     log_replica_tokens(settings, replicas)
-    set_precision(settings.precision)
 
 
 def input_stream(job: Job, prep: Preparation, model: TrainingModel, stats: PipelineStats):

@@ -4,6 +4,7 @@ collective)."""
 
 from __future__ import annotations
 
+import json
 import os
 import time
 
@@ -12,14 +13,13 @@ import tensorflow as tf
 from keras_transformer.files import write_atomic
 from keras_transformer.run_dir import Run
 from keras_transformer.settings.args import ConfigError
-from keras_transformer.training.strategy import chief_task
 
 GAVE_UP = "worker_{}.gave_up"  # a non-chief worker that stopped waiting leaves this file
 
 
 def check_workers(run_dir: Run) -> None:
     """The chief stops when a worker gave up waiting for it (and clears the note)."""
-    notes = sorted(tf.io.gfile.glob(run_dir.path(GAVE_UP.format("*"))))
+    notes = sorted(tf.io.gfile.glob(os.path.join(run_dir.model_dir, GAVE_UP.format("*"))))
     if notes:
         for note in notes:
             tf.io.gfile.remove(note)
@@ -46,4 +46,14 @@ def wait_for(path: str, timeout: float, gave_up: str) -> None:
         time.sleep(1.0)
 
 
-__all__ = ["GAVE_UP", "check_workers", "wait_for"]
+def chief_task() -> str:
+    """The task TensorFlow makes the chief (it writes the run directory): "chief:0" when
+    TF_CONFIG's cluster has a chief job (Kubeflow's TFJob, Vertex AI), else "worker:0"."""
+    try:
+        cluster = json.loads(os.environ.get("TF_CONFIG") or "{}").get("cluster") or {}
+    except (json.JSONDecodeError, AttributeError):
+        cluster = {}
+    return "chief:0" if cluster.get("chief") else "worker:0"
+
+
+__all__ = ["GAVE_UP", "check_workers", "chief_task", "wait_for"]

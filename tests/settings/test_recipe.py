@@ -12,7 +12,8 @@ import pytest
 from keras_transformer.cli import train
 from keras_transformer.config import ConfigError
 from keras_transformer.settings.args import TrainArgs
-from keras_transformer.settings.recipe import TOKENS_PER_REPLICA_FLOOR, replica_tokens, resolve
+from keras_transformer.settings.plan import TOKENS_PER_REPLICA_FLOOR, replica_tokens
+from keras_transformer.settings.recipe import resolve
 from keras_transformer.settings.validation import validate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

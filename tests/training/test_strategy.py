@@ -245,7 +245,7 @@ def test_the_planned_replicas_come_from_tf_config_without_a_strategy(monkeypatch
     """--dry-run counts a multi-worker job's replicas from TF_CONFIG (one CPU per task here)
     instead of building the strategy, which would wait for its peers."""
     from keras_transformer.training.dry_run import planned_replicas
-    from keras_transformer.training.strategy import chief_task
+    from keras_transformer.training.workers import chief_task
 
     monkeypatch.setattr(
         tf.distribute, "MultiWorkerMirroredStrategy", lambda **kw: pytest.fail("built")

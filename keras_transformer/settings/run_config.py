@@ -1,6 +1,6 @@
 """`RunConfig`: a run's config.json as a frozen, typed object (no TensorFlow).
 
-    {"model": the TransformerConfig's fields,
+    {"model": TransformerConfig.to_dict(),
      "training": the resolved TrainSettings (absent or partial in older and imported runs),
      "init": {"run": ..., "checkpoints": [...]}   (a fine-tuned run, --init-from),
      "import": {...}}                             (a model imported by kt-import)
@@ -87,7 +87,7 @@ class RunConfig:
 
     def to_json(self) -> dict:
         """config.json's JSON (the recorded settings only)."""
-        data: dict[str, Any] = {"model": dataclasses.asdict(self.model)}
+        data: dict[str, Any] = {"model": self.model.to_dict()}
         if self.training is not None:
             data["training"] = {k: getattr(self.training, k) for k in sorted(self.recorded)}
         if self.init is not None:

@@ -41,9 +41,7 @@ def bookkeeping(job: Job, prep, state: ModelState) -> Bookkeeping:
     its BLEU bookkeeping and checkpoint), built in the order they depend on each other."""
     settings, model, progress = prep.config.training, state.model, state.progress
     metrics = cb.MetricsLogger(job.shared, cb.StepState.of(model), settings.log_every, job.chief)
-    manager = tf.train.CheckpointManager(
-        state.checkpoint, job.shared.checkpoint_dir, max_to_keep=settings.keep_checkpoints
-    )
+    manager = job.shared.checkpoint_manager(state.checkpoint, max_to_keep=settings.keep_checkpoints)
     guard = cb.NonFiniteLossGuard(manager, settings.nonfinite_steps)
     bleu = make_bleu_callback(
         job, settings, model, prep.tokenizer, prep.valid, metrics=metrics, guard=guard,

@@ -19,7 +19,7 @@ GAVE_UP = "worker_{}.gave_up"  # a non-chief worker that stopped waiting leaves 
 
 def check_workers(run_dir: Run) -> None:
     """The chief stops when a worker gave up waiting for it (and clears the note)."""
-    notes = sorted(tf.io.gfile.glob(os.path.join(run_dir.model_dir, GAVE_UP.format("*"))))
+    notes = sorted(tf.io.gfile.glob(run_dir.path(GAVE_UP.format("*"))))
     if notes:
         for note in notes:
             tf.io.gfile.remove(note)

@@ -64,7 +64,8 @@ def run_commands(
     a child forked from that process), each as `run_train` runs it; their outcomes, stdout
     and stderr as text. A command costs its own work, not the import's 6-10 s. `env`: added
     to every command's environment, `envs`: one dict (or None) per command added to its own,
-    `stdins`: one file (or None: /dev/null) per command, read as its stdin. `check`: fails the test on the first non-zero exit."""
+    `stdins`: one file (or None: /dev/null) per command, read as its stdin. `check`: fails
+    the test on the first non-zero exit."""
     environ = {**os.environ, "PYTHONPATH": ROOT, **(env or {})}
     none = [None] * len(commands)
     jobs = [

@@ -39,9 +39,7 @@ logger = logging.getLogger(__name__)
 def train(plan: Plan) -> dict:
     """Train (or resume) the run in `plan.args.model_dir`; returns a summary dict."""
     args = plan.args
-    job = Job.start(args)  # the devices first
-    if not job.found.exists:  # a resumed run's precision is checked once read back
-        use_precision(args.precision, args.cpu_devices)
+    job = Job.start(args)  # the devices first, checked for the --precision given
     keras.utils.set_random_seed(args.seed)  # before any tokenizer: it clears the kernel cache
     prep = prepare(plan, job)
     settings = prep.config.training
@@ -86,7 +84,8 @@ def join_checkpoint_writes(callbacks) -> None:
 
 
 def set_up(settings: TrainSettings, args: TrainArgs, replicas: int) -> None:
-    """Check the devices for the run's precision and set it, then log its settings."""
+    """Check the devices for the run's own precision (a resumed run's, read back) and set
+    it, then log its settings."""
     use_precision(settings.precision, args.cpu_devices)
     logger.info("settings (config.json):\n%s", describe(settings, args))
     log_replica_tokens(settings, replicas)

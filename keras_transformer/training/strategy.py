@@ -196,12 +196,9 @@ def set_up_devices(args: TrainArgs) -> None:
 
 def place(args: TrainArgs) -> tuple[tf.distribute.Strategy, int | None]:
     """Where a training job runs, in one call (`job.Job.start`): the devices set up first
-    (`set_up_devices`) and checked for the --precision given (`check_devices`: a run that
-    would silently train on the CPU stops before any data is read), the strategy
-    (`make_strategy`, its `device_report` logged), this task's worker index (None for the
-    chief: `is_chief`)."""
+    (`set_up_devices`), the strategy (`make_strategy`, its `device_report` logged), this
+    task's worker index (None for the chief: `is_chief`)."""
     set_up_devices(args)
-    check_devices(args.precision, args.cpu_devices)
     strategy = make_strategy(args.strategy, args.model_dir)
     logger.info("%s", device_report(strategy))
     return strategy, None if is_chief(strategy) else strategy.cluster_resolver.task_id

@@ -23,7 +23,7 @@ from keras_transformer.training.preemption import PreemptionSave
 from keras_transformer.training.preparation import Preparation, prepare
 from keras_transformer.training.run_callbacks import bookkeeping, fit_verbosity, make_callbacks
 from keras_transformer.training.step import TrainingModel
-from keras_transformer.training.strategy import use_precision
+from keras_transformer.training.strategy import check_devices, use_precision
 from keras_transformer.training.streams import (
     report_dropped,
     training_stream,
@@ -39,7 +39,9 @@ logger = logging.getLogger(__name__)
 def train(plan: Plan) -> dict:
     """Train (or resume) the run in `plan.args.model_dir`; returns a summary dict."""
     args = plan.args
-    job = Job.start(args)  # the devices first, checked for the --precision given
+    job = Job.start(args)  # the devices first
+    if not job.found.exists:  # stops before the data; a resumed run's flags are checked
+        check_devices(args.precision, args.cpu_devices)  # against its config.json first
     keras.utils.set_random_seed(args.seed)  # before any tokenizer: it clears the kernel cache
     prep = prepare(plan, job)
     settings = prep.config.training
